@@ -1,0 +1,58 @@
+"""Generate the arithmetic sample sets (2-digit addition) with a fixed seed.
+
+    python data/arith/make_arith.py [--out data/arith]
+
+Problems a+b with two-digit a, b (10..99: 8,100 in all) are shuffled once; the first 200 are held out and
+never trained on by any stage, the other 7,900 feed the training sets:
+  test.jsonl          200  held-out {prompt, answer}: every `rlft eval` and the demo's before/after
+  pairs_eval.jsonl    200  the same held-out problems as preference pairs
+  sft_train.jsonl    6000  demonstrations {prompt, completion}
+  grpo_prompts.jsonl 1900  verifiable prompts {prompt, answer} for GRPO / PPO (the 1,900 SFT never saw)
+  pairs_train.jsonl  2000  preference pairs {prompt, chosen, rejected}, sampled from the 7,900: chosen =
+                           the right sum, rejected = a typical slip (carry dropped, off by one or ten)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+SEED = 1234
+
+
+def wrong_sum(a: int, b: int, rng: random.Random) -> int:
+    right = a + b
+    slips = [right + 1, right - 1, right + 10, right - 10, (a % 10 + b % 10) % 10 + 10 * (a // 10 + b // 10)]
+    slips = [s for s in slips if s != right and s >= 0]
+    return rng.choice(slips)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(Path(__file__).parent))
+    out = Path(parser.parse_args().out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(SEED)
+    problems = [(a, b) for a in range(10, 100) for b in range(10, 100)]
+    rng.shuffle(problems)
+    held, rest = problems[:200], problems[200:]
+    pools = {"test": held, "pairs_eval": held, "sft_train": rest[:6000], "grpo_prompts": rest[6000:],
+             "pairs_train": rng.sample(rest, 2000)}
+    for name, pool in pools.items():
+        rows = []
+        for a, b in pool:
+            prompt = f"{a}+{b}="
+            if name == "sft_train":
+                rows.append({"prompt": prompt, "completion": str(a + b)})
+            elif name.startswith("pairs"):
+                rows.append({"prompt": prompt, "chosen": str(a + b), "rejected": str(wrong_sum(a, b, rng))})
+            else:
+                rows.append({"prompt": prompt, "answer": str(a + b)})
+        with open(out / f"{name}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+if __name__ == "__main__":
+    main()

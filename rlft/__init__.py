@@ -1,0 +1,6 @@
+"""rlft: LLM fine-tuning recipes (SFT, DPO, GRPO, reward model + PPO) on Hugging Face TRL.
+
+Importing this package must stay cheap: no torch, transformers, trl or datasets here.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,215 @@
+"""The `rlft` command line: parse flags, resolve one RunConfig, hand it to a method.
+
+This module is imported for `rlft --help`, so it must stay light: torch, transformers, trl, peft and
+datasets are imported inside the commands that need them (a test asserts this).
+
+Errors the user can fix are `rlft.errors.UserError`; `main()` prints them as one line naming the problem
+and the fix and exits with code 2. `--debug` (or RLFT_DEBUG=1) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from rlft.errors import UserError
+
+app = typer.Typer(
+    name="rlft",
+    help="Fine-tune LLMs with SFT, DPO, GRPO or reward model + PPO, on Hugging Face TRL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+out_console = Console()
+err_console = Console(stderr=True)
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks (also RLFT_DEBUG=1).")] = False,
+) -> None:
+    if debug:
+        os.environ["RLFT_DEBUG"] = "1"
+
+
+# ----------------------------------------------------------------------------- shared options
+Recipe = Annotated[Optional[Path], typer.Option("--recipe", "-r", help="YAML recipe (see recipes/).")]
+Model = Annotated[Optional[str], typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")]
+OutputDir = Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Run folder.")]
+EvalData = Annotated[Optional[str], typer.Option("--eval-data", help="Held-out file for eval loss.")]
+MaxSteps = Annotated[Optional[int], typer.Option("--max-steps", help="Stop after N optimizer steps.")]
+Epochs = Annotated[Optional[float], typer.Option("--epochs", help="Epochs over the data.")]
+LR = Annotated[Optional[float], typer.Option("--lr", help="Learning rate.")]
+Batch = Annotated[Optional[int], typer.Option("--batch-size", help="Rows per device per step.")]
+Seed = Annotated[Optional[int], typer.Option("--seed", help="Random seed.")]
+Lora = Annotated[Optional[bool], typer.Option("--lora/--no-lora", help="Train a LoRA adapter.")]
+Sets = Annotated[Optional[list[str]], typer.Option("--set", help="Override any field: section.key=value "
+                                                   "(any TRL config field too). Repeatable.")]
+PrintConfig = Annotated[bool, typer.Option("--print-config", help="Print the resolved config and exit.")]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output_dir.")]
+Resume = Annotated[bool, typer.Option("--resume", help="Continue from the last checkpoint in output_dir.")]
+
+
+def _flags(**pairs) -> dict:
+    """{dotted.key: (value, origin)} for the flags the user actually passed."""
+    names = {"data.train": "--data", "data.eval": "--eval-data", "model.name_or_path": "--model",
+             "train.output_dir": "--output-dir", "train.max_steps": "--max-steps",
+             "train.num_train_epochs": "--epochs", "train.learning_rate": "--lr",
+             "train.per_device_train_batch_size": "--batch-size", "train.seed": "--seed",
+             "model.lora.enabled": "--lora"}
+    return {key: (value, names.get(key, key)) for key, value in pairs.items() if value is not None}
+
+
+def _resolve(method: str, recipe, flags: dict, sets, print_config: bool, resume: bool = False):
+    from rlft.config import resolve
+    from rlft.run import default_output_dir
+
+    cfg = resolve(method, recipe, flags, sets)
+    if resume and not cfg.train.output_dir:
+        raise UserError("--resume needs the run folder", "pass --output-dir DIR of the interrupted run")
+    if not cfg.train.output_dir:
+        cfg.values["train"]["output_dir"] = default_output_dir(method)
+    if print_config:
+        sys.stdout.write(cfg.to_yaml())  # plain text: rich would wrap long paths
+        raise typer.Exit(0)
+    return cfg
+
+
+def _finish(result) -> None:
+    if result.status == "completed":
+        shown = {k: round(v, 4) for k, v in result.metrics.items() if isinstance(v, float)}
+        err_console.print(f"[green]done[/]: {result.output_dir}  {shown}")
+    raise typer.Exit(result.exit_code)
+
+
+# ----------------------------------------------------------------------------- commands
+@app.command("init-model")
+def init_model(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the tiny model to.")],
+    seed: Annotated[int, typer.Option(help="Initialisation seed.")] = 0,
+    overwrite: Overwrite = False,
+) -> None:
+    """Build the tiny character-level Llama (~0.5M parameters) locally and save it with its tokenizer."""
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"'{out}' is not empty", "pass --overwrite or choose another --out")
+    from rlft.quiet import quiet_libraries
+
+    quiet_libraries()
+    from rlft.models import build_tiny_model, count_parameters
+
+    build_tiny_model(out, seed=seed)
+    from transformers import AutoModelForCausalLM
+
+    _, total = count_parameters(AutoModelForCausalLM.from_pretrained(out))
+    err_console.print(f"tiny model ({total:,} parameters) written to {out}")
+
+
+@app.command()
+def sft(
+    data: Annotated[Optional[list[str]], typer.Option("--data", "-d", help="Demonstrations: prompt/completion "
+                                                      "or messages rows. Repeatable.")] = None,
+    eval_data: EvalData = None, model: Model = None, recipe: Recipe = None, output_dir: OutputDir = None,
+    max_steps: MaxSteps = None, epochs: Epochs = None, lr: LR = None, batch_size: Batch = None,
+    seed: Seed = None, lora: Lora = None, set_: Sets = None, print_config: PrintConfig = False,
+    overwrite: Overwrite = False, resume: Resume = False,
+) -> None:
+    """Supervised fine-tuning on demonstrations (TRL SFTTrainer)."""
+    flags = _flags(**{"data.train": data, "data.eval": eval_data, "model.name_or_path": model,
+                      "train.output_dir": output_dir, "train.max_steps": max_steps,
+                      "train.num_train_epochs": epochs, "train.learning_rate": lr,
+                      "train.per_device_train_batch_size": batch_size, "train.seed": seed,
+                      "model.lora.enabled": lora})
+    cfg = _resolve("sft", recipe, flags, set_, print_config, resume)
+    from rlft.methods import sft as method
+
+    _finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+
+
+@app.command()
+def dpo(
+    pairs: Annotated[Optional[list[str]], typer.Option("--pairs", "-d", help="Preference pairs: prompt/chosen/"
+                                                       "rejected rows. Repeatable.")] = None,
+    eval_data: EvalData = None, model: Model = None, recipe: Recipe = None, output_dir: OutputDir = None,
+    max_steps: MaxSteps = None, epochs: Epochs = None, lr: LR = None, batch_size: Batch = None,
+    seed: Seed = None, lora: Lora = None,
+    beta: Annotated[Optional[float], typer.Option(help="KL strength (default 0.1).")] = None,
+    set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
+) -> None:
+    """Direct Preference Optimization on chosen/rejected pairs (TRL DPOTrainer)."""
+    flags = _flags(**{"data.train": pairs, "data.eval": eval_data, "model.name_or_path": model,
+                      "train.output_dir": output_dir, "train.max_steps": max_steps,
+                      "train.num_train_epochs": epochs, "train.learning_rate": lr,
+                      "train.per_device_train_batch_size": batch_size, "train.seed": seed,
+                      "model.lora.enabled": lora, "dpo.beta": beta})
+    cfg = _resolve("dpo", recipe, flags, set_, print_config, resume)
+    from rlft.methods import dpo as method
+
+    _finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+
+
+@app.command("eval")
+def eval_(
+    model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")],
+    data: Annotated[str, typer.Option("--data", "-d", help="Verifiable rows: prompt + answer.")],
+    max_new_tokens: Annotated[int, typer.Option(help="Generation budget per answer.")] = 32,
+    limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N rows.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print {n, pass_at_1, mean_reward} as JSON.")] = False,
+) -> None:
+    """Greedy pass@1 on held-out verifiable rows (exact match against `answer`)."""
+    from rlft.data import read_rows, validate_verifiable
+
+    rows = read_rows(data, max_rows=limit)
+    validate_verifiable(rows)
+    from rlft.quiet import quiet_libraries
+
+    quiet_libraries()
+    from rlft.evaluate import evaluate_rows
+    from rlft.models import load_model, load_tokenizer
+    from rlft.config import Section
+
+    tok = load_tokenizer(model)
+    net = load_model(Section(name_or_path=model, dtype="auto", revision=None, trust_remote_code=False,
+                             load_in_4bit=False, lora=Section(enabled=False)), trainable=False)
+    result = evaluate_rows(net, tok, [r.data for r in rows], max_new_tokens=max_new_tokens)
+    if json_out:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        out_console.print(f"n={result.n}  pass@1={result.pass_at_1:.3f}  mean_reward={result.mean_reward:.3f}")
+
+
+# ----------------------------------------------------------------------------- entry point
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry: run the app, turning user errors into one line and exit code 2."""
+    debug = os.environ.get("RLFT_DEBUG") == "1" or "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        app(args=argv, prog_name="rlft")
+    except UserError as exc:
+        if debug:
+            raise
+        err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
+        if exc.fix:
+            err_console.print(f"  [bold]fix:[/] {escape(exc.fix)}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # an rlft bug or a library failure: say so in one line
+        if debug:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {escape(first)}", highlight=False, soft_wrap=True)
+        err_console.print("  [bold]fix:[/] rerun with --debug for the traceback", highlight=False)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

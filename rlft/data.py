@@ -1,0 +1,320 @@
+"""Loading and per-method validation of training rows.
+
+Local .jsonl/.json/.csv files are read with the standard library, line by line, so a bad row is reported
+with its file, line and field, and so `rlft choose`/`data lint` can read 10k rows without importing
+`datasets`. Parquet files and hub dataset names go through `datasets.load_dataset` (rows are then numbered
+from 1). Validation reports every bad row at once, before any model loads and before anything is written.
+
+Row shapes (canonical column names; `data.fields` renames a file's columns to these):
+  sft          prompt + completion (strings or message lists), or messages (a chat with an assistant turn)
+  preference   prompt + chosen + rejected (strings or message lists)
+  verifiable   prompt + gold fields (answer, label, ...), used by eval, GRPO, PPO
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from rlft.errors import DataError, UserError, row_problem
+
+LOCAL_SUFFIXES = {".jsonl", ".json", ".csv", ".parquet"}
+ROLES = {"system", "user", "assistant", "tool"}
+
+
+@dataclass
+class Row:
+    """One data row and where it came from (line is 1-based; row number for parquet/hub data)."""
+
+    source: str
+    line: int
+    data: dict[str, Any]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_rows(path: str, fields: dict[str, str] | None = None, split: str = "train",
+              max_rows: int | None = None) -> list[Row]:
+    """Read one file or hub dataset into Rows, renaming columns per `fields` ({canonical: column})."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if p.exists():
+        if p.is_dir():
+            raise UserError(f"data path '{path}' is a folder", "pass a .jsonl, .json, .csv or .parquet file")
+        if suffix not in LOCAL_SUFFIXES:
+            raise UserError(f"{path}: unsupported file type '{suffix or '(none)'}'",
+                            "use .jsonl, .json, .csv or .parquet")
+        raw = p.read_bytes()
+        if not raw.strip():
+            raise DataError([row_problem(path, None, None, "file is empty")], "add rows, one JSON object per line")
+        if suffix == ".parquet":
+            rows = _read_with_datasets("parquet", path, split="train")
+        else:
+            text = _decode(raw, path)
+            rows = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv}[suffix](text, path)
+    elif suffix in LOCAL_SUFFIXES or path.startswith((".", "/", "~")):
+        raise UserError(f"data file '{path}' does not exist", "check the path (shipped samples are in data/)")
+    else:
+        rows = _read_with_datasets(path, None, split=split)
+    if not rows:
+        raise DataError([row_problem(path, None, None, "no rows")], "add rows, one JSON object per line")
+    if fields:
+        rows = [_rename(r, fields) for r in rows]
+    return rows[:max_rows] if max_rows else rows
+
+
+def _decode(raw: bytes, path: str) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DataError([row_problem(path, line, None, f"not UTF-8 (byte 0x{raw[exc.start]:02x})")],
+                        "re-encode the file as UTF-8 (iconv -t UTF-8)") from exc
+
+
+def _read_jsonl(text: str, path: str) -> list[Row]:
+    rows, problems = [], []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(row_problem(path, n, None, f"malformed JSON ({exc.msg}, column {exc.colno})"))
+            continue
+        if not isinstance(obj, dict):
+            problems.append(row_problem(path, n, None, f"expected a JSON object, got {type(obj).__name__}"))
+            continue
+        rows.append(Row(path, n, obj))
+    if problems:
+        raise DataError(problems, "each line must be one JSON object")
+    return rows
+
+
+def _read_json(text: str, path: str) -> list[Row]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError([row_problem(path, exc.lineno, None, f"malformed JSON ({exc.msg})")],
+                        "fix the JSON, or use one object per line (.jsonl)") from exc
+    if isinstance(doc, dict):  # {"data": [...]} or {"train": [...]} style
+        lists = [v for v in doc.values() if isinstance(v, list)]
+        doc = lists[0] if len(lists) == 1 else None
+    if not isinstance(doc, list):
+        raise DataError([row_problem(path, 1, None, "expected a list of objects")], "write [{...}, {...}]")
+    starts = _object_lines(text)
+    rows, problems = [], []
+    for i, obj in enumerate(doc):
+        line = starts[i] if i < len(starts) else i + 1
+        if not isinstance(obj, dict):
+            problems.append(row_problem(path, line, None, f"expected a JSON object, got {type(obj).__name__}"))
+        else:
+            rows.append(Row(path, line, obj))
+    if problems:
+        raise DataError(problems)
+    return rows
+
+
+def _object_lines(text: str) -> list[int]:
+    """Best-effort line numbers of the top-level objects of a JSON array."""
+    lines, depth, line, in_str, esc = [], 0, 1, False, False
+    for ch in text:
+        if ch == "\n":
+            line += 1
+        if in_str:
+            esc = not esc and ch == "\\"
+            if ch == '"' and not esc:
+                in_str = False
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch in "[{":
+            if ch == "{" and depth == 1:
+                lines.append(line)
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+    return lines
+
+
+def _read_csv(text: str, path: str) -> list[Row]:
+    reader = csv.DictReader(io.StringIO(text))
+    rows = []
+    for obj in reader:
+        rows.append(Row(path, reader.line_num, {k: _maybe_json(v) for k, v in obj.items() if k is not None}))
+    return rows
+
+
+def _maybe_json(value: str | None) -> Any:
+    """CSV cells holding JSON lists/objects (chat messages, label lists) are decoded; others stay text."""
+    if value and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _read_with_datasets(name: str, path: str | None, split: str) -> list[Row]:
+    """Parquet files and hub datasets go through `datasets` (the hub needs network unless cached)."""
+    try:
+        import datasets
+    except ImportError as exc:  # pragma: no cover - datasets is a dependency
+        raise UserError("reading parquet or hub data needs `datasets`", "pip install datasets") from exc
+    try:
+        if path:
+            ds = datasets.load_dataset(name, data_files=path, split=split)
+        else:
+            ds = datasets.load_dataset(name, split=split)
+    except Exception as exc:  # datasets raises many types for a bad name / offline hub
+        raise UserError(f"could not load dataset '{path or name}': {str(exc).splitlines()[0]}",
+                        "check the name and split, or pass a local .jsonl file") from exc
+    return [Row(path or name, i + 1, dict(obj)) for i, obj in enumerate(ds)]
+
+
+def _rename(row: Row, fields: dict[str, str]) -> Row:
+    data = dict(row.data)
+    for canonical, column in fields.items():
+        if column in data and canonical != column:
+            data[canonical] = data.pop(column)
+    return Row(row.source, row.line, data)
+
+
+def read_many(paths: Iterable[str], **kwargs) -> list[Row]:
+    rows: list[Row] = []
+    for path in paths:
+        rows += read_rows(path, **kwargs)
+    return rows
+
+
+# --------------------------------------------------------------------------- validation
+
+def _text_problem(value: Any, allow_messages: bool = True) -> str | None:
+    """Why `value` is not usable text (a non-empty string or a message list), or None."""
+    if value is None:
+        return "missing"
+    if isinstance(value, str):
+        return "empty string" if not value.strip() else None
+    if allow_messages and isinstance(value, list):
+        return _messages_problem(value)
+    kinds = "a string or a list of messages" if allow_messages else "a string"
+    return f"expected {kinds}, got {type(value).__name__}"
+
+
+def _messages_problem(messages: Any, need_assistant: bool = False) -> str | None:
+    if not isinstance(messages, list) or not messages:
+        return "expected a non-empty list of {role, content} messages"
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            return f"message {i} is not an object with role and content"
+        if m["role"] not in ROLES:
+            return f"message {i} has role '{m['role']}' (expected one of {', '.join(sorted(ROLES))})"
+        if not isinstance(m["content"], str):
+            return f"message {i} content is {type(m['content']).__name__}, expected a string"
+    if need_assistant and not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
+        return "no non-empty assistant message to learn from"
+    return None
+
+
+def validate_sft(rows: list[Row]) -> None:
+    problems = []
+    for r in rows:
+        d = r.data
+        if "messages" in d:
+            why = _messages_problem(d["messages"], need_assistant=True)
+            if why:
+                problems.append(row_problem(r.source, r.line, "messages", why))
+            continue
+        if "prompt" not in d and "completion" not in d and "text" in d:
+            if why := _text_problem(d["text"], allow_messages=False):
+                problems.append(row_problem(r.source, r.line, "text", why))
+            continue
+        for key in ("prompt", "completion"):
+            if why := _text_problem(d.get(key)):
+                problems.append(row_problem(r.source, r.line, key, why))
+    if problems:
+        raise DataError(problems, "SFT rows need prompt + completion, or messages with an assistant turn "
+                                  "(rename columns with --set data.fields.prompt=COLUMN)")
+
+
+def validate_preference(rows: list[Row]) -> None:
+    problems = []
+    identical = 0
+    for r in rows:
+        d = r.data
+        for key in ("prompt", "chosen", "rejected"):
+            if why := _text_problem(d.get(key)):
+                problems.append(row_problem(r.source, r.line, key, why))
+        if d.get("chosen") is not None and d.get("chosen") == d.get("rejected"):
+            identical += 1
+    if not problems and identical == len(rows):
+        problems.append(row_problem(rows[0].source, None, "chosen", f"chosen equals rejected in all {len(rows)} "
+                                    "rows: there is no preference to learn"))
+    if problems:
+        raise DataError(problems, "preference rows need prompt, chosen and rejected, with chosen != rejected")
+
+
+def validate_verifiable(rows: list[Row], gold_fields: tuple[str, ...] = ("answer",)) -> None:
+    problems = []
+    for r in rows:
+        if why := _text_problem(r.data.get("prompt")):
+            problems.append(row_problem(r.source, r.line, "prompt", why))
+        for key in gold_fields:
+            value = r.data.get(key)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                problems.append(row_problem(r.source, r.line, key, "missing" if value is None else "empty string"))
+    if problems:
+        raise DataError(problems, f"rows need prompt and {', '.join(gold_fields)}")
+
+
+VALIDATORS = {"sft": validate_sft, "preference": validate_preference, "verifiable": validate_verifiable}
+
+
+def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], list[Row]]:
+    """Read and validate train (and eval) rows for a method; returns (train_rows, eval_rows)."""
+    if not data_cfg.train:
+        raise UserError("no training data given", "pass --data FILE (or set data.train in the recipe)")
+    kwargs = dict(fields=data_cfg.fields, split=data_cfg.split)
+    train = read_many(data_cfg.train, **kwargs)
+    evals = read_rows(data_cfg.eval, **kwargs) if data_cfg.eval else []
+    problems: list[str] = []
+    for rows in (train, evals):
+        if rows:
+            try:
+                VALIDATORS[kind](rows)
+            except DataError as exc:
+                problems += exc.problems
+    if problems:
+        raise DataError(problems, _FIXES[kind])
+    if data_cfg.max_rows:
+        train = train[: data_cfg.max_rows]
+    if not evals and data_cfg.eval_fraction:
+        import random
+
+        order = list(range(len(train)))
+        random.Random(seed).shuffle(order)
+        n_eval = max(1, int(len(train) * data_cfg.eval_fraction))
+        held = set(order[:n_eval])
+        evals = [r for i, r in enumerate(train) if i in held]
+        train = [r for i, r in enumerate(train) if i not in held]
+    return train, evals
+
+
+_FIXES = {
+    "sft": "SFT rows need prompt + completion, or messages with an assistant turn",
+    "preference": "preference rows need prompt, chosen and rejected, with chosen != rejected",
+    "verifiable": "rows need prompt and the gold fields",
+}
+
+
+def to_dataset(rows: list[Row], columns: tuple[str, ...] | None = None):
+    """Turn rows into a `datasets.Dataset`, keeping only `columns` when given."""
+    from datasets import Dataset
+
+    records = [{k: v for k, v in r.data.items() if columns is None or k in columns} for r in rows]
+    return Dataset.from_list(records)

@@ -1,0 +1,38 @@
+"""Errors that the CLI turns into one line and an exit code instead of a traceback.
+
+A `UserError` is a mistake the user can fix (bad flag, bad file, bad row). Its message names the problem,
+its `fix` names the remedy. The CLI prints `error: <message>` and `  fix: <fix>` and exits with code 2.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem in the user's input; `fix` says what to do about it."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, fix: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class DataError(UserError):
+    """One or more bad rows. Each problem names file, line (1-based) and field."""
+
+    def __init__(self, problems: list[str], fix: str | None = None):
+        self.problems = problems
+        head = problems[0] if len(problems) == 1 else f"{len(problems)} data problems:\n  " + "\n  ".join(problems[:20])
+        if len(problems) > 20:
+            head += f"\n  ... and {len(problems) - 20} more"
+        super().__init__(head, fix)
+
+
+def row_problem(path: str, line: int | None, field: str | None, what: str) -> str:
+    """Format one data problem as `file:line: field 'x': what`."""
+    where = f"{path}:{line}" if line is not None else str(path)
+    return f"{where}: field '{field}': {what}" if field else f"{where}: {what}"

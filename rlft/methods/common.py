@@ -1,0 +1,130 @@
+"""What every method shares: the TRL config from rlft's config, hardware defaults, and the run driver.
+
+`train_with(cfg, build)` is the pipe every TRL-backed method runs through:
+validated config + data -> prepare the run folder -> build the trainer -> train under signal handling
+-> save the final model -> summary.json. A method module only supplies `build(cfg, out, train_rows,
+eval_rows)` returning a trainer, plus its data kind.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+
+from rlft.config import RunConfig, trl_kwargs
+from rlft.errors import UserError
+from rlft.run import Interrupt, RunRecord, last_checkpoint, prepare_output_dir, versions, write_json
+from rlft.monitor import make_run_callback
+
+
+@dataclass
+class RunResult:
+    """What a training command reports back to the CLI."""
+
+    status: str
+    output_dir: Path
+    exit_code: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def hardware_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Precision and checkpointing from the hardware, unless the user set them.
+
+    TRL configs default to bf16=True, which raises on a CPU-only machine; gradient checkpointing (TRL's
+    default on) costs 15-20% of step time on small models and saves memory only where memory is short, so
+    it is on for GPUs and off on the CPU.
+    """
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if kwargs.get("bf16") is None:
+        kwargs["bf16"] = bool(cuda and torch.cuda.is_bf16_supported()) and not kwargs.get("fp16")
+    if kwargs.get("fp16") is None:
+        kwargs["fp16"] = False
+    if kwargs.get("gradient_checkpointing") is None:
+        kwargs["gradient_checkpointing"] = cuda
+    return kwargs
+
+
+def build_trl_config(cfg: RunConfig, config_cls, out: Path, has_eval: bool, **overrides: Any):
+    """TRL config for a method: rlft's `train` + method section, hardware defaults, our logging choices."""
+    kwargs = hardware_defaults(trl_kwargs(cfg, cfg.method))
+    kwargs.update(output_dir=str(out), disable_tqdm=True, save_strategy="steps", logging_strategy="steps")
+    if has_eval:
+        kwargs["eval_strategy"] = "steps"
+        kwargs["eval_steps"] = kwargs.get("eval_steps") or kwargs.get("save_steps")
+    else:
+        kwargs.pop("eval_steps", None)
+        kwargs["eval_strategy"] = "no"
+    kwargs.update(overrides)
+    try:
+        return config_cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{config_cls.__name__} rejected the config: {str(exc).splitlines()[0]}",
+                        "fix the train/method settings named above") from exc
+
+
+def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = False, resume: bool = False,
+               console: Console | None = None, after: Callable | None = None) -> RunResult:
+    """Run one TRL-backed training job end to end; see the module docstring."""
+    from rlft.data import load_split
+    from rlft.quiet import quiet_libraries
+
+    quiet_libraries()
+    console = console or Console(stderr=True)
+    train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed)  # validate before writing
+    out = prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, resume=resume)
+    ckpt = last_checkpoint(out) if resume else None
+    (out / "config.yaml").write_text(cfg.to_yaml())
+    write_json(out / "versions.json", versions())
+    record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None)
+    record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train))
+    interrupt = Interrupt()
+    callback = None
+    try:
+        trainer = build(cfg, out, train_rows, eval_rows)
+        callback = make_run_callback(out, interrupt, console, f"{cfg.method}")
+        trainer.add_callback(callback)
+        _drop_printer(trainer)
+        console.print(f"[bold]rlft {cfg.method}[/]: {len(train_rows)} rows -> {out}")
+        start = time.time()
+        with interrupt.installed():
+            result = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
+        callback.close()
+        state = trainer.state
+        if interrupt.signum is not None:
+            record.finish("interrupted", global_step=state.global_step, signal=interrupt.signum,
+                          checkpoint=str(last_checkpoint(out)))
+            console.print(f"[yellow]interrupted[/] at step {state.global_step}; checkpoint saved. "
+                          f"Continue with the same command plus --resume --output-dir {out}")
+            return RunResult("interrupted", out, interrupt.exit_code)
+        trainer.save_model(str(out))
+        final = dict(result.metrics)
+        if eval_rows:
+            final.update(trainer.evaluate())
+        extra = after(trainer, out) if after else {}
+        final.update(extra or {})
+        record.finish("completed", global_step=state.global_step, train_seconds=round(time.time() - start, 2),
+                      final_metrics=final, last_log=callback.last)
+        return RunResult("completed", out, 0, final)
+    except KeyboardInterrupt:
+        record.finish("interrupted", signal=2)
+        raise
+    except BaseException as exc:
+        record.finish("failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if callback is not None:
+            callback.close()
+
+
+def _drop_printer(trainer) -> None:
+    """With tqdm off, transformers prints every log dict; rlft's own progress line replaces it."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)

@@ -1,0 +1,231 @@
+"""Model and tokenizer loading: local folders, hub ids and the built-in `tiny` model, with LoRA and 4-bit.
+
+Every command loads through `load_tokenizer` / `load_model`, which call `from_pretrained` whatever the source:
+the tiny model is built once, saved with `save_pretrained` and read back like any hub checkpoint, so the
+code path the tests exercise is the one a 7B model takes.
+
+Heavy libraries (torch, transformers, peft) are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+from pathlib import Path
+from typing import Any
+
+from rlft.errors import UserError
+
+TINY = "tiny"
+# Character vocabulary: printable ASCII (94) + space + newline = 96 characters, plus 4 special tokens.
+TINY_CHARS = string.ascii_letters + string.digits + string.punctuation + " \n"
+TINY_SPECIALS = ("<|pad|>", "<|unk|>", "<|im_start|>", "<|im_end|>")
+TINY_SHAPE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=512, max_position_embeddings=1024)
+# ChatML with {% generation %} markers, so TRL's assistant_only_loss can mask everything but the answers.
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}<|im_end|>{% endgeneration %}"
+    "{% else %}{{ m['content'] }}<|im_end|>{% endif %}\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def cache_dir() -> Path:
+    """Where `tiny` is built: $RLFT_CACHE, else ~/.cache/rlft."""
+    return Path(os.environ.get("RLFT_CACHE") or Path.home() / ".cache" / "rlft")
+
+
+def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
+    """Build the tiny character-level Llama (~0.5M parameters) and save it, tokenizer included.
+
+    Llama rather than Qwen2: with a Qwen2 config AutoTokenizer hands back a ByteLevel tokenizer that drops
+    spaces from a character vocabulary. Pad is distinct from eos; eos is the end-of-turn token.
+    """
+    import torch
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    out = Path(out_dir)
+    vocab = {tok: i for i, tok in enumerate(TINY_SPECIALS + tuple(TINY_CHARS))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<|unk|>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # one token per char
+    core.decoder = decoders.Fuse()
+    core.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in TINY_SPECIALS])
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|pad|>",
+                                  unk_token="<|unk|>", chat_template=CHATML_TEMPLATE, model_max_length=1024)
+    config = LlamaConfig(vocab_size=len(vocab), tie_word_embeddings=True, pad_token_id=tok.pad_token_id,
+                         eos_token_id=tok.eos_token_id, bos_token_id=None, attention_dropout=0.0, **TINY_SHAPE)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def tiny_path() -> Path:
+    """The cached build of `tiny`, built on first use (a second or two)."""
+    path = cache_dir() / "tiny-llama-char-v2"
+    if not (path / "config.json").exists():
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        build_tiny_model(tmp)
+        try:
+            tmp.rename(path)
+        except OSError:  # another process built it first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Map `tiny` to its cached build, check local folders, and pass hub ids through.
+
+    A string that is neither an existing folder nor shaped like a hub id is a user error, not a 404 later.
+    """
+    if name_or_path == TINY:
+        return str(tiny_path())
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
+            raise UserError(f"model folder '{name_or_path}' has no config.json or adapter_config.json",
+                            "point --model at a folder written by save_pretrained (a run's output_dir)")
+        return str(path)
+    if name_or_path.startswith((".", "/", "~")) or not _HUB_ID.match(name_or_path):
+        raise UserError(f"model '{name_or_path}' is not a folder here and not a hub id",
+                        "check the path, or use `tiny` / a hub id such as Qwen/Qwen2.5-0.5B-Instruct")
+    return name_or_path
+
+
+def load_tokenizer(name_or_path: str, revision: str | None = None, trust_remote_code: bool = False):
+    """Load the tokenizer; give it a pad token (eos) when it has none, and left padding for generation."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    base = _adapter_base(path) or path
+    tok = AutoTokenizer.from_pretrained(path if _has_tokenizer(path) else base, revision=revision,
+                                        trust_remote_code=trust_remote_code)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def torch_dtype(name: str):
+    """`auto` -> bf16 on GPUs that support it, fp32 elsewhere (CPU, older GPUs)."""
+    import torch
+
+    if name == "auto":
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True):
+    """Load a causal LM from `model_cfg` (the config's `model` section); wrap it in LoRA if configured.
+
+    A folder holding a peft adapter loads its base model and the adapter on top. With `load_in_4bit`,
+    weights are quantised with bitsandbytes (NF4) and the model is prepared for k-bit training.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(model_cfg.name_or_path)
+    dtype = torch_dtype(model_cfg.dtype)
+    kwargs: dict[str, Any] = dict(dtype=dtype, revision=model_cfg.revision,
+                                  trust_remote_code=model_cfg.trust_remote_code)
+    if model_cfg.load_in_4bit:
+        kwargs["quantization_config"] = _bnb_config(dtype)
+    base = _adapter_base(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base or path, **kwargs)
+    except OSError as exc:
+        raise UserError(f"could not load model '{model_cfg.name_or_path}': {exc}".splitlines()[0],
+                        "check the name, or set HF_HUB_OFFLINE=0 and log in for gated models") from exc
+    if model_cfg.load_in_4bit:
+        fix_cpu_4bit(model)
+    if base:
+        from peft import PeftModel
+
+        # Merge an earlier stage's adapter into its base: this stage then starts from (and, for DPO/PPO,
+        # takes its reference from) the fine-tuned weights, and may add a fresh adapter of its own.
+        model = PeftModel.from_pretrained(model, path).merge_and_unload()
+    if with_lora and model_cfg.lora.enabled:
+        model = apply_lora(model, model_cfg.lora, quantized=model_cfg.load_in_4bit)
+    if not trainable:
+        model.eval()
+        model.requires_grad_(False)
+    return model
+
+
+def apply_lora(model, lora_cfg: Any, quantized: bool = False):
+    """Wrap `model` in a peft LoRA adapter built from the config's `model.lora` section."""
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if quantized:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    targets = lora_cfg.target_modules
+    config = LoraConfig(r=lora_cfg.r, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
+                        target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def _bnb_config(dtype):
+    try:
+        import bitsandbytes  # noqa: F401
+        from transformers import BitsAndBytesConfig
+    except ImportError as exc:
+        raise UserError("load_in_4bit needs bitsandbytes, which is not installed",
+                        "pip install 'rlft[quant]' (or drop model.load_in_4bit)") from exc
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=dtype)
+
+
+def fix_cpu_4bit(model) -> int:
+    """Stop bitsandbytes' CPU path from repacking 4-bit weights after a no-grad forward.
+
+    On CPUs with AVX512-BF16, Linear4bit repacks its weights the first time it runs without grad (an
+    eval or generation pass); LoRA gradients computed through the repacked weights are then silently
+    wrong. Turning the fast path off keeps one layout for every pass. Returns how many layers were fixed.
+    """
+    try:
+        from bitsandbytes.nn import Linear4bit
+    except ImportError:
+        return 0
+    fixed = 0
+    for module in model.modules():
+        if isinstance(module, Linear4bit):
+            module.support_avx512bf16_for_cpu = False
+            fixed += 1
+    return fixed
+
+
+def _has_tokenizer(path: str) -> bool:
+    p = Path(path)
+    return not p.exists() or any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
+
+
+def _adapter_base(path: str) -> str | None:
+    """For a peft adapter folder, the base model it was trained on; None otherwise."""
+    cfg = Path(path) / "adapter_config.json"
+    if not cfg.exists():
+        return None
+    import json
+
+    base = json.loads(cfg.read_text()).get("base_model_name_or_path")
+    if not base:
+        raise UserError(f"adapter in '{path}' does not name its base model",
+                        "set base_model_name_or_path in adapter_config.json")
+    return resolve_model_path(base) if base != TINY else str(tiny_path())
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """(trainable, total) parameter counts."""
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, total

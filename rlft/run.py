@@ -1,0 +1,157 @@
+"""The run folder: what ran, on what, with which versions, and how it ended.
+
+Layout of `output_dir`:
+  config.yaml      the resolved config (every default filled in)
+  versions.json    library versions and the device
+  metrics.jsonl    one JSON object per logging step (`step` plus the trainer's keys, e.g. `loss`)
+  summary.json     status (running / completed / interrupted / failed), steps, final metrics, timings
+  checkpoint-N/    trainer checkpoints (what --resume continues from)
+  the final model  weights + tokenizer, loadable with plain transformers (or a peft adapter)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from rlft.errors import UserError
+
+RUN_MARKERS = ("summary.json", "config.yaml")
+
+
+def default_output_dir(method: str) -> str:
+    return f"runs/{method}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def prepare_output_dir(path: str | Path, overwrite: bool = False, resume: bool = False) -> Path:
+    """Make sure `path` can take this run: empty, or --overwrite of an rlft run, or --resume."""
+    out = Path(path)
+    if resume:
+        if not out.is_dir() or last_checkpoint(out) is None:
+            raise UserError(f"--resume: no checkpoint in '{out}'", "start without --resume, or point "
+                            "--output-dir at the folder of the interrupted run")
+        return out
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output_dir '{out}' is a file", "choose a folder with --output-dir")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise UserError(f"output_dir '{out}' is not empty", "pass --overwrite to replace it, --resume to "
+                            "continue it, or choose another --output-dir")
+        if not any((out / m).exists() for m in RUN_MARKERS):
+            raise UserError(f"output_dir '{out}' is not an rlft run folder; refusing to delete it",
+                            "choose another --output-dir")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def last_checkpoint(out: Path) -> Path | None:
+    ckpts = [p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    return max(ckpts, key=lambda p: int(p.name.split("-")[-1])) if ckpts else None
+
+
+def versions() -> dict[str, Any]:
+    """Library versions and the device, for versions.json."""
+    from importlib import metadata
+
+    out: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for pkg in ("rlft", "torch", "transformers", "trl", "peft", "datasets", "accelerate", "bitsandbytes"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    try:
+        import torch
+
+        out["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        out["cpu_threads"] = torch.get_num_threads()
+    except ImportError:  # pragma: no cover
+        pass
+    return out
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically (tmp file + rename), so a killed run never leaves half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def read_metrics(out: Path) -> list[dict]:
+    path = Path(out) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Interrupt:
+    """SIGINT/SIGTERM during training: ask the trainer to checkpoint and stop, instead of dying mid-step.
+
+    The first signal sets `signum`; the training callback sees it at the end of the current step, saves a
+    checkpoint and stops. A second Ctrl-C raises KeyboardInterrupt at once.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.signum or signal.SIGINT)
+
+    @contextmanager
+    def installed(self) -> Iterator["Interrupt"]:
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, self._handle)
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+
+class RunRecord:
+    """summary.json for one run, updated as the run goes."""
+
+    def __init__(self, out: Path, method: str, resumed_from: str | None = None) -> None:
+        self.out = out
+        self.started = time.time()
+        prior = read_json(out / "summary.json") if (out / "summary.json").exists() else {}
+        self.summary: dict[str, Any] = {
+            "method": method,
+            "status": "running",
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "output_dir": str(out),
+            "resumed_from": resumed_from,
+            "previous_runs": prior.get("previous_runs", []) + ([prior] if prior else []),
+        }
+        self.save()
+
+    def update(self, **fields: Any) -> None:
+        self.summary.update(fields)
+        self.save()
+
+    def finish(self, status: str, **fields: Any) -> None:
+        self.summary.update(status=status, ended_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                            wall_seconds=round(time.time() - self.started, 2), **fields)
+        self.save()
+
+    def save(self) -> None:
+        write_json(self.out / "summary.json", self.summary)

@@ -1,0 +1,31 @@
+"""`rlft --help` stays fast: the CLI module must not import the heavy libraries."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+
+def test_cli_import_does_not_import_heavy_libraries():
+    code = ("import sys, rlft.cli; heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'peft') "
+            "if m in sys.modules]; print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"imported at CLI load: {out.stdout.strip()}"
+
+
+def test_help_lists_commands_and_is_quick():
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "rlft", "--help"], capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    assert out.returncode == 0
+    for command in ("sft", "dpo", "eval", "init-model"):
+        assert command in out.stdout
+    # The 0.3 s goal is measured by bench/; here only a generous bound that still catches a torch import.
+    assert elapsed < 2.5, elapsed
+
+
+def test_unknown_command_is_a_usage_error(cli):
+    r = cli("sfft")
+    assert r.code == 2
+    assert "No such command" in r.text
