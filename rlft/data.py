@@ -43,9 +43,9 @@ def read_rows(path: str, fields: dict[str, str] | None = None, split: str = "tra
     """Read one file or hub dataset into Rows, renaming columns per `fields` ({canonical: column})."""
     p = Path(path)
     suffix = p.suffix.lower()
-    if p.exists():
-        if p.is_dir():
-            raise UserError(f"data path '{path}' is a folder", "pass a .jsonl, .json, .csv or .parquet file")
+    if p.is_dir():  # a dataset folder (data files, or a hub snapshot): the hub code path
+        rows = _read_with_datasets(str(p), None, split=split)
+    elif p.exists():
         if suffix not in LOCAL_SUFFIXES:
             raise UserError(f"{path}: unsupported file type '{suffix or '(none)'}'",
                             "use .jsonl, .json, .csv or .parquet")
