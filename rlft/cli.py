@@ -186,6 +186,13 @@ def eval_(
         out_console.print(f"n={result.n}  pass@1={result.pass_at_1:.3f}  mean_reward={result.mean_reward:.3f}")
 
 
+from rlft.commands.choose import choose  # noqa: E402  (light modules: typer only at import)
+from rlft.commands.data import data_app  # noqa: E402
+
+app.command("choose")(choose)
+app.add_typer(data_app, name="data", help="Inspect data files: lint.")
+
+
 # ----------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the app, turning user errors into one line and exit code 2."""

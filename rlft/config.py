@@ -291,7 +291,13 @@ def resolve(method: str, recipe: str | Path | None = None, flags: dict[str, Any]
     merged = Layer()
     for layer in layers:
         for key, value in layer.values.items():
-            merged.put(key, value, layer.origins[key])
+            parent, _, leaf = key.rpartition(".")
+            spec = _schema_field(parent) if parent else None
+            if spec is not None and spec.kind == "dict" and isinstance(merged.values.get(parent), dict):
+                # data.fields.prompt=question: one entry of a mapping-valued field
+                merged.put(parent, {**merged.values[parent], leaf: value}, layer.origins[key])
+            else:
+                merged.put(key, value, layer.origins[key])
     problems += validate(method, merged, check_trl=check_trl)
     if problems:
         head = problems[0] if len(problems) == 1 else f"{len(problems)} config problems:\n  " + "\n  ".join(problems)

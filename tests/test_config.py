@@ -85,3 +85,8 @@ def test_every_shipped_recipe_validates(recipe):
     first = recipe.read_text().splitlines()[0]
     assert first.startswith("#"), "a recipe opens with what it trains and the exact command"
     assert f"rlft {method}" in recipe.read_text().split("\nmethod:")[0], "the header names the command"
+
+
+def test_set_one_entry_of_a_mapping_field():
+    cfg = resolve("sft", None, {}, ["data.fields.prompt=question", "data.fields.completion=solution"])
+    assert cfg.data.fields == {"prompt": "question", "completion": "solution"}

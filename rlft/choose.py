@@ -1,0 +1,656 @@
+"""The method recommender: SFT, DPO, GRPO or reward model + PPO, from the signal the user really has.
+
+Pure and fast: no torch, transformers, trl or datasets here (a test checks it), so `rlft choose --data` on
+10k rows answers in well under half a second. Three parts:
+
+  `Signal`          what the user has: its kind, how many rows, whether an SFT'd model exists, the budget,
+                    the verifier (and whether it checks format only), the lint findings on the data, and,
+                    after a pre-flight, the measured pass rate and mixed-group fraction.
+  `infer_signal`    reads data files and fills a Signal from the evidence (row shapes, gold fields a
+                    registered verifier can parse, ratings, lint), not from column names alone.
+  `recommend`       applies `RULES` in order, each a small function that reads the Signal and edits the
+                    Recommendation: the method, why, what it needs, how it fails, what to watch, warnings,
+                    and the exact commands to run next.
+
+The rules follow the domain table in the design notes (and the teaching texts behind it):
+
+  signal                         method    because / unless
+  demonstrations                 sft       correct outputs written out: copy them
+  pairs (about 1k-5k)            dpo       one offline pass, no reward model; fewer -> warning with the count
+  pairs, all chosen == rejected  sft       no preference to learn (error); the chosen texts still demonstrate
+  taste that pairs cannot cover  ppo       only with --budget high (4 networks, online sampling); else dpo
+  verifier                       grpo      only if the model passes sometimes: pass rate 0 -> sft first,
+                                           pass rate >= 0.9 -> harder prompts, mixed groups < 10% -> not ready
+                                           (and SFT first when the model mostly fails)
+  format-only verifier           (same)    warning: the model learns the format and skips the reasoning
+  ratings, one reply per prompt  sft       on the top-rated replies (the rest cannot form pairs)
+  ratings, 2+ replies per prompt dpo       on pairs built from them (higher-rated = chosen), from 100 prompts
+  no usable model yet            sft       first, then the method above (RL on a model that cannot answer has
+                                           nothing to reward)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from rlft.errors import UserError
+from rlft.lint import (
+    Finding,
+    completion_field,
+    lint_rows,
+    pick_verifier,
+    rating_field,
+    rating_stats,
+    row_kinds,
+    verifier_registry,
+)
+
+SIGNALS = ("demonstrations", "pairs", "verifier", "ratings", "taste")
+BUDGETS = ("low", "medium", "high")
+METHODS = ("sft", "dpo", "grpo", "ppo")
+# lint's name for a kind of row -> the signal it carries
+KIND_TO_SIGNAL = {"demonstrations": "demonstrations", "pairs": "pairs", "verifiable": "verifier",
+                  "ratings": "ratings"}
+# When files of several kinds are given, the strongest signal leads: a verifier checks correctness without
+# human labels, pairs carry a preference, ratings a noisier one; demonstrations go first as SFT anyway.
+PRIORITY = ("verifier", "pairs", "ratings", "demonstrations")
+
+# --- thresholds, with their arithmetic
+PAIRS_USUAL = (1000, 5000)   # "about 1,000 to 5,000 pairs is a usual size" for DPO (the seeds' table)
+MIN_DEMOS = 100              # below ~100 demonstrations SFT mostly memorises them: a floor, not a target
+MIN_PROMPTS = 100            # GRPO revisits each prompt every epoch; under ~100 it overfits them quickly
+MIN_TOP_RATED = 100          # the same floor as demonstrations, for SFT on the top-rated replies
+MIN_RATED_PAIRS = 100        # ratings make DPO pairs only when 100+ prompts have differently rated replies
+PASS_RATE_HIGH = 0.9         # at p = 0.9 and G = 8, a group is all-correct with probability 0.9^8 = 0.43
+MIXED_MIN = 0.1              # under 10% mixed groups, >90% of GRPO's sampling yields zero advantage
+
+RECIPES_TINY = {"sft": "sft_tiny.yaml", "dpo": "dpo_tiny.yaml", "grpo": "grpo_math_tiny.yaml",
+                "reward": "reward_tiny.yaml", "ppo": "ppo_tiny.yaml"}
+RECIPES_REAL = {"sft": "sft_qwen0.5b_lora.yaml", "dpo": "dpo_qwen0.5b_lora.yaml",
+                "grpo": "grpo_qwen0.5b_lora.yaml", "reward": "reward_qwen0.5b_lora.yaml",
+                "ppo": "ppo_qwen0.5b_lora.yaml"}
+SFT_OUT, REWARD_OUT = "runs/sft", "runs/reward"
+
+WHAT = {  # method -> (needs, fails by, watch): the domain table, one line each
+    "sft": (["demonstrations: prompt + completion rows, or messages with an assistant turn"],
+            ["copying only what was written: it does not learn beyond the demonstrations"],
+            ["eval loss on held-out rows (--eval-data)", "generated samples on prompts unlike the training ones"]),
+    "dpo": (["prompt/chosen/rejected pairs (about 1k-5k)",
+             "a frozen reference copy of the start model (made for you; with LoRA, the adapter-disabled base)",
+             "a start model that already answers usably (SFT'd or instruct); beta 0.1 by default"],
+            ["drift: the chosen log-prob falls while the margin grows (the loss keeps improving)",
+             "length bias: learning 'longer is better' from the pairs"],
+            ["rewards/chosen and the chosen log-prob, not only the loss", "generated text at each checkpoint",
+             "output length against the reference"]),
+    "grpo": (["prompts the model solves sometimes", "a verifier (reward = f(completions, **row))",
+              "G samples per prompt at every step (num_generations, e.g. 8)"],
+             ["zero-signal groups: all G rewards equal, so every advantage is 0",
+              "a format-only or loose verifier: reward hacking"],
+             ["the share of mixed groups (must stay well above 0)", "reward against held-out pass@1 (rlft eval)",
+              "the highest-reward samples: read them"]),
+    "ppo": (["preference pairs to train the reward model", "prompts for online sampling",
+             "memory for 4 networks: policy, frozen reference, reward model, value model"],
+            ["reward hacking: the reward climbs while quality does not", "memory (4 networks, online rollouts)"],
+            ["KL to the reference", "a held-out eval the reward model never scores",
+             "reply length and the highest-reward samples"]),
+}
+
+
+# --------------------------------------------------------------------------- data types
+
+@dataclass
+class Note:
+    """One warning in a recommendation: level error (not ready as is) / warning / info, a code, a message."""
+
+    level: str
+    code: str
+    message: str
+
+
+@dataclass
+class Signal:
+    """What the user has. Flags fill the first block; `infer_signal` fills the rest from data files."""
+
+    kind: str                                   # demonstrations | pairs | verifier | ratings | taste
+    rows: int | None = None                     # rows of that kind (pairs, prompts, demonstrations, ratings)
+    has_sft_model: bool | None = None           # a model that already answers usably (None = not said)
+    budget: str | None = None                   # low | medium | high (high = can afford an online RL loop)
+    taste: bool = False                         # quality is a matter of taste that fixed pairs cannot cover
+    verifier: str | None = None                 # registered verifier name
+    format_only: bool = False                   # the verifier checks the format only
+    model: str | None = None                    # --model, carried into the next commands
+    pass_rate: float | None = None              # pre-flight: share of sampled answers that pass
+    mixed_fraction: float | None = None         # pre-flight: share of prompts whose G rewards differ
+    preflight_verdict: str | None = None
+    # from data files
+    paths: list[str] = field(default_factory=list)
+    other: dict[str, list[str]] = field(default_factory=dict)   # other signals in the data -> their files
+    findings: list[Finding] = field(default_factory=list)
+    usable_rows: int | None = None              # pairs with chosen != rejected
+    sft_field: str | None = None                # a column that can serve as SFT completion (chosen, solution)
+    rating_field: str | None = None
+    ratings: dict[str, Any] = field(default_factory=dict)      # lint.rating_stats
+    suffix: str | None = None
+    data_rows: list = field(default_factory=list, repr=False)  # the lead kind's rows (for the pre-flight)
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON-able facts (no rows, no findings: those are in the warnings)."""
+        skip = ("findings", "data_rows", "suffix")
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        d = {k: v for k, v in d.items() if not (v is None or v is False or (isinstance(v, (list, dict)) and not v))}
+        d["kind"] = self.kind
+        return d
+
+
+@dataclass
+class Recommendation:
+    method: str
+    ready: bool = True                          # False: an error-level warning says fix something first
+    reasons: list[str] = field(default_factory=list)
+    needs: list[str] = field(default_factory=list)
+    fails_by: list[str] = field(default_factory=list)
+    watch: list[str] = field(default_factory=list)
+    warnings: list[Note] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)   # the next command first, then the ones after it
+    recipe: str | None = None
+    then: str | None = None                     # the method that follows an SFT-first step
+    signal: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def next_command(self) -> str:
+        return self.commands[0] if self.commands else ""
+
+    def codes(self) -> list[str]:
+        return [n.code for n in self.warnings]
+
+    def note(self, level: str, code: str, message: str) -> None:
+        self.warnings.append(Note(level, code, message))
+        if level == "error":
+            self.ready = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "then": self.then, "ready": self.ready, "reasons": self.reasons,
+                "needs": self.needs, "fails_by": self.fails_by, "watch": self.watch,
+                "warnings": [asdict(n) for n in self.warnings], "next_command": self.next_command,
+                "commands": self.commands, "recipe": self.recipe, "signal": self.signal}
+
+
+# --------------------------------------------------------------------------- rules
+
+def _usable(s: Signal) -> int | None:
+    return s.usable_rows if s.usable_rows is not None else s.rows
+
+
+def _n(x: int | None, what: str) -> str:
+    return f"{x:,} {what}" if x is not None else what
+
+
+def rule_signal(s: Signal, r: Recommendation) -> None:
+    """The base method from the kind of signal (the domain table)."""
+    if s.kind == "demonstrations":
+        r.method = "sft"
+        r.reasons.append(f"you have {_n(s.rows, 'demonstrations')} (correct outputs written out): SFT learns "
+                         "them directly")
+    elif s.kind in ("pairs", "taste"):
+        usable = _usable(s)
+        if usable == 0:
+            r.method = "sft"
+            r.note("error", "no_preference", f"chosen equals rejected in all {s.rows:,} pairs: there is no "
+                   "preference to learn, so this is not DPO data; the chosen texts can still serve as "
+                   "demonstrations")
+            r.reasons.append("with no preference in the pairs, what is left is demonstrations (the chosen "
+                             "texts): SFT on them")
+            return
+        r.method = "dpo"
+        r.reasons.append(f"you have {_n(usable, 'preference pairs')} (chosen/rejected): DPO learns the preference "
+                         "in one offline pass, with no reward model (beta 0.1 against a frozen reference)")
+    elif s.kind == "verifier":
+        r.method = "grpo"
+        name = f"the {s.verifier} verifier" if s.verifier else "a verifier"
+        r.reasons.append(f"{name} checks answers automatically: GRPO samples G answers per prompt and pushes "
+                         "toward the above-average ones, with no human labels")
+    elif s.kind == "ratings":
+        pairable = s.ratings.get("pairable_prompts") or 0
+        if pairable >= MIN_RATED_PAIRS:
+            r.method = "dpo"
+            r.reasons.append(f"{pairable:,} prompts have two or more differently rated replies: a higher- and a "
+                             "lower-rated reply make a preference pair, and DPO learns from pairs in one pass")
+        else:
+            r.method = "sft"
+            top = s.ratings.get("top_rows")
+            thr = s.ratings.get("top_threshold")
+            r.reasons.append("scalar ratings with one reply per prompt cannot form preference pairs, and a reward "
+                             "model would need comparisons: SFT on the top-rated replies"
+                             + (f" ({top:,} rated >= {thr:g})" if top is not None and thr is not None else "")
+                             + " uses the good part of the signal without a reward model")
+            few = f" (only {pairable:,} prompts have differently rated replies, under {MIN_RATED_PAIRS})" \
+                if pairable else ""
+            r.note("info", "ratings_unpaired", f"to use the low ratings too, rate two or more replies per prompt{few}: "
+                   "a higher- and a lower-rated reply make a pair for DPO")
+
+
+def rule_taste_budget(s: Signal, r: Recommendation) -> None:
+    """Reward model + PPO only when quality is taste that pairs cannot cover AND the budget allows the loop."""
+    if r.method != "dpo":
+        return
+    taste = s.taste or s.kind == "taste"
+    if taste and s.budget == "high":
+        r.method = "ppo"
+        r.reasons.append("quality is a matter of taste that fixed pairs cannot cover, and the budget allows the "
+                         "loop: train a reward model on the pairs, then PPO samples new replies online and the "
+                         "reward model scores them")
+        r.note("info", "dpo_baseline", "DPO on the same pairs is one cheap pass: run it as the baseline PPO "
+               "has to beat (running RLHF when pairs exist, without that baseline, is the common mistake)")
+    elif taste:
+        r.note("warning", "taste_no_budget", "taste that pairs cannot cover is the case for reward model + PPO, "
+               f"but that needs the budget for the loop (4 networks, online sampling; --budget is "
+               f"{s.budget or 'not given'}): DPO on the pairs now, PPO with --budget high")
+    elif s.budget == "high":
+        r.note("info", "budget_not_reason", "a large budget is no reason for PPO by itself: the pairs already "
+               "say what is better, and DPO learns that in one pass; PPO is for taste the pairs cannot cover "
+               "(--signal taste)")
+
+
+def rule_pairs_size(s: Signal, r: Recommendation) -> None:
+    """About 1k-5k pairs is the usual size for DPO (and for a reward model): fewer -> a warning with the count."""
+    if r.method not in ("dpo", "ppo") or s.kind == "ratings":
+        return
+    usable = _usable(s)
+    if usable is not None and usable < PAIRS_USUAL[0]:
+        r.note("warning", "too_few_pairs", f"{usable:,} usable pairs; about {PAIRS_USUAL[0]:,}-{PAIRS_USUAL[1]:,} "
+               "is the usual size: expect a small, noisy effect and hold some pairs out to check it")
+
+
+def rule_rows_size(s: Signal, r: Recommendation) -> None:
+    """Too few demonstrations, top-rated replies or GRPO prompts -> a warning with the number."""
+    if s.kind == "demonstrations" and s.rows is not None and s.rows < MIN_DEMOS:
+        r.note("warning", "too_few_rows", f"only {s.rows:,} demonstrations: SFT on fewer than ~{MIN_DEMOS} mostly "
+               "memorises them; write more, or check on held-out prompts")
+    if s.kind == "ratings" and r.method == "sft":
+        top = s.ratings.get("top_rows")
+        if top is not None and top < MIN_TOP_RATED:
+            r.note("warning", "too_few_rows", f"only {top:,} top-rated replies to learn from (of {s.rows:,}): "
+                   f"SFT on fewer than ~{MIN_TOP_RATED} mostly memorises them")
+    if s.kind == "ratings" and r.method in ("dpo", "ppo"):
+        pairable = s.ratings.get("pairable_prompts") or 0
+        if pairable < PAIRS_USUAL[0]:
+            r.note("warning", "too_few_pairs", f"{pairable:,} prompts can form pairs; about {PAIRS_USUAL[0]:,}-"
+                   f"{PAIRS_USUAL[1]:,} pairs is the usual size for DPO")
+    if s.kind == "verifier" and s.rows is not None and s.rows < MIN_PROMPTS:
+        r.note("warning", "too_few_prompts", f"only {s.rows:,} prompts: GRPO sees each one every epoch and can "
+               f"overfit them; fewer than ~{MIN_PROMPTS} makes the held-out check the one that counts")
+
+
+def rule_verifier(s: Signal, r: Recommendation) -> None:
+    """GRPO only if the model already passes sometimes; format-only verifiers get a warning."""
+    if s.kind != "verifier":
+        return
+    if s.format_only:
+        r.note("warning", "format_only_verifier", f"the {s.verifier or 'given'} verifier checks the format only: "
+               "the model learns the format and can skip the reasoning (reward hacking); add a correctness "
+               "check, or at least watch a held-out eval with one")
+    if s.pass_rate is None:
+        if r.method == "grpo":
+            how = "--model M" if s.paths else "--data PROMPTS.jsonl --model M"
+            r.note("warning", "pass_rate_unknown", "GRPO learns only from prompts the model solves sometimes, "
+                   f"and that is not measured yet: rerun with {how} for a pre-flight (pass rate and "
+                   "mixed-group share), or pass --pass-rate/--mixed-fraction if you measured them")
+        return
+    p, m = s.pass_rate, s.mixed_fraction
+    r.reasons.append(f"pre-flight: the model passes {p:.0%} of sampled answers"
+                     + (f"; {m:.0%} of prompts give a mixed group" if m is not None else ""))
+    if p == 0:
+        r.method, r.then = "sft", "grpo"
+        r.reasons.insert(0, "the model never passes yet, so GRPO would have nothing to reward: SFT first (on "
+                            "demonstrations of the task), then GRPO from the SFT model")
+        r.note("error", "never_passes", "the model never passed in the pre-flight: every group is all-0, so "
+               "GRPO has nothing to reward; SFT first on demonstrations of the task, then measure again")
+        return
+    if p >= PASS_RATE_HIGH:
+        r.note("warning", "too_easy", f"the model already passes {p:.0%}: most groups are all-correct and teach "
+               "nothing; add harder prompts before spending GRPO compute")
+    if m is not None and m < MIXED_MIN:
+        mostly_failing = p < 0.5
+        fix = ("SFT first, then measure again" if mostly_failing else
+               "add harder prompts, keep the ones the model solves sometimes, or raise num_generations")
+        r.note("error", "zero_signal", f"only {m:.0%} of prompts give a mixed group (some answers pass, some "
+               f"fail): on {1 - m:.0%} of them every advantage is 0 and GRPO learns nothing; {fix}")
+        if mostly_failing:  # all-wrong groups: the model cannot answer yet
+            r.method, r.then = "sft", "grpo"
+            r.reasons.insert(0, f"the model passes only {p:.0%} and most groups are all-wrong: SFT first (on "
+                                "demonstrations of the task), then GRPO from the SFT model")
+
+
+def rule_sft_first(s: Signal, r: Recommendation) -> None:
+    """No model that produces usable answers yet (or demonstrations alongside) -> SFT first, then the method."""
+    if r.method == "sft":
+        return
+    measured = s.kind == "verifier" and s.pass_rate is not None and s.pass_rate > 0
+    demos = "demonstrations" in s.other
+    if s.has_sft_model is False and not measured:
+        r.then = r.method
+        r.method = "sft"
+        r.reasons.insert(0, "your model does not answer usably yet: SFT first (skipping SFT is the common "
+                            f"mistake: {r.then.upper()} on a model that cannot answer has nothing to learn from), "
+                            f"then {r.then.upper()} from the SFT model")
+    elif demos and s.has_sft_model is not True:
+        r.then = r.method
+        r.method = "sft"
+        r.reasons.insert(0, f"you also have demonstrations: SFT on them first, then {r.then.upper()} from the "
+                            "SFT model (the usual order)")
+    elif s.has_sft_model is None and not measured:
+        r.note("info", "assumes_sft_model", f"{r.method.upper()} assumes your model already answers usably (SFT'd "
+               "or instruct); if it is a base model, SFT first (--no-sft-model)")
+    elif measured and s.has_sft_model is False:
+        r.note("info", "measured_over_said", "the pre-flight shows the model already passes sometimes, so GRPO "
+               "can start without SFT")
+
+
+def rule_other_signals(s: Signal, r: Recommendation) -> None:
+    """Say what the other files given are for."""
+    for kind, paths in s.other.items():
+        if kind == "demonstrations":
+            if s.has_sft_model is True:
+                r.note("info", "demonstrations_unused", "your model is already SFT'd: the demonstrations "
+                       f"({', '.join(paths)}) are not needed for this step")
+            continue
+        use = {"pairs": "DPO on the pairs can tune tone and style after this",
+               "verifier": "the verifiable rows make a held-out check (rlft eval)",
+               "ratings": "the ratings can check the result, or make pairs"}[kind]
+        r.note("info", f"also_{kind}", f"{', '.join(paths)}: {use}")
+
+
+def rule_lint(s: Signal, r: Recommendation) -> None:
+    """The data lint's findings become warnings (errors: fix the data first)."""
+    covered = {"identical_pairs"} if "no_preference" in r.codes() else set()
+    for f in s.findings:
+        if f.code in covered:
+            continue
+        where = f"{f.source}: " if f.source else ""
+        r.note(f.level, f.code, where + f.message)
+
+
+def rule_budget_cost(s: Signal, r: Recommendation) -> None:
+    """GRPO and PPO sample online: a low budget gets the cost spelled out."""
+    if s.budget == "low" and (r.method in ("grpo", "ppo") or r.then in ("grpo", "ppo")):
+        r.note("warning", "budget_low", "online methods generate G answers per prompt at every step (roughly G "
+               "times the model runs of SFT on the same prompts): with a low budget, cut num_generations and "
+               "the completion length, and train on fewer prompts")
+
+
+RULES: list[Callable[[Signal, Recommendation], None]] = [
+    rule_signal, rule_taste_budget, rule_pairs_size, rule_rows_size, rule_verifier, rule_sft_first,
+    rule_other_signals, rule_lint, rule_budget_cost,
+]
+
+
+def check_signal(s: Signal) -> None:
+    if s.kind not in SIGNALS:
+        raise UserError(f"unknown signal '{s.kind}'", f"use one of: {', '.join(SIGNALS)}")
+    if s.budget is not None and s.budget not in BUDGETS:
+        raise UserError(f"unknown budget '{s.budget}'", f"use one of: {', '.join(BUDGETS)}")
+    if s.rows is not None and s.rows < 0:
+        raise UserError(f"--rows must be >= 0, got {s.rows}", "pass the number of rows you have")
+    for name in ("pass_rate", "mixed_fraction"):
+        v = getattr(s, name)
+        if v is not None and not 0 <= v <= 1:
+            raise UserError(f"{name} must be between 0 and 1, got {v}", "pass a fraction, e.g. 0.35")
+
+
+def recommend(signal: Signal, pass_rate: float | None = None, mixed_fraction: float | None = None) -> Recommendation:
+    """Apply RULES to `signal` (measured pass_rate / mixed_fraction override the signal's)."""
+    s = signal
+    if pass_rate is not None or mixed_fraction is not None:
+        s = replace(signal, pass_rate=signal.pass_rate if pass_rate is None else pass_rate,
+                    mixed_fraction=signal.mixed_fraction if mixed_fraction is None else mixed_fraction)
+    check_signal(s)
+    r = Recommendation(method="sft")
+    for rule in RULES:
+        rule(s, r)
+    needs, fails, watch = WHAT[r.method]
+    r.needs = list(needs) + _extra_needs(s, r)
+    if r.then:
+        r.needs.append(f"then, for {r.then.upper()}: " + "; ".join(WHAT[r.then][0]))
+    r.fails_by, r.watch = list(fails), list(watch)
+    if r.then:
+        r.fails_by += [f"{r.then.upper()}: {x}" for x in WHAT[r.then][1]]
+        r.watch += [f"{r.then.upper()}: {x}" for x in WHAT[r.then][2]]
+    order = {"error": 0, "warning": 1, "info": 2}
+    r.warnings.sort(key=lambda n: order[n.level])
+    r.commands, r.recipe = build_commands(s, r)
+    r.signal = s.summary()
+    return r
+
+
+def _extra_needs(s: Signal, r: Recommendation) -> list[str]:
+    out = []
+    if r.method == "sft" and s.kind == "ratings" and s.ratings.get("top_threshold") is not None:
+        out.append(f"the top-rated replies only ({s.rating_field} >= {s.ratings['top_threshold']:g}): the first "
+                   "command below writes them to a file")
+    if r.method == "dpo" and s.kind == "ratings":
+        out.append("pairs built from the ratings: per prompt the highest-rated reply as chosen and the lowest as "
+                   "rejected (the first command below writes them)")
+    if r.method == "grpo" and not s.verifier:
+        names = ", ".join(verifier_registry()) or "see rlft.verifiers"
+        out.append(f"a registered verifier for --verifier ({names})")
+    return out
+
+
+# --------------------------------------------------------------------------- next commands
+
+def _q(x: str) -> str:
+    return shlex.quote(str(x))
+
+
+def recipe_for(method: str, model: str | None) -> str:
+    table = RECIPES_TINY if model in (None, "tiny") else RECIPES_REAL
+    return f"recipes/{table[method]}"
+
+
+def _model_flag(model: str | None) -> str:
+    return f" --model {_q(model)}" if model else ""
+
+
+def _files(flag: str, paths: list[str], placeholder: str) -> str:
+    return " ".join(f"{flag} {_q(p)}" for p in (paths or [placeholder]))
+
+
+def _derived(path: str, tag: str) -> str:
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.{tag}.jsonl"))
+
+
+def _ratings_filter(s: Signal) -> tuple[str, str]:
+    src = s.paths[0]
+    out = _derived(src, "top")
+    code = (f"import json,sys; [sys.stdout.write(l) for l in open(sys.argv[1]) if l.strip() and "
+            f"float(json.loads(l)[{json.dumps(s.rating_field)}]) >= {s.ratings['top_threshold']:g}]")
+    return f"python -c {_q(code)} {_q(src)} > {_q(out)}", out
+
+
+def _can_pair(s: Signal) -> bool:
+    """Ratings in one .jsonl file with prompt + a completion column: a one-liner can pair them."""
+    return (s.kind == "ratings" and len(s.paths) == 1 and s.suffix == ".jsonl" and bool(s.rating_field)
+            and bool(s.sft_field) and all("prompt" in r.data for r in s.data_rows[:50]))
+
+
+def _ratings_pairs(s: Signal) -> tuple[str, str]:
+    src = s.paths[0]
+    out = _derived(src, "pairs")
+    f, c = json.dumps(s.rating_field), json.dumps(s.sft_field)
+    code = ("import json,sys,collections; g=collections.defaultdict(list); "
+            "[g[json.dumps(r[\"prompt\"])].append(r) for r in map(json.loads, filter(str.strip, open(sys.argv[1])))]; "
+            f"key=lambda r: float(r[{f}]); "
+            f"[print(json.dumps({{\"prompt\": json.loads(p), \"chosen\": max(v, key=key)[{c}], "
+            f"\"rejected\": min(v, key=key)[{c}]}})) for p, v in g.items() if len(set(map(key, v))) > 1]")
+    return f"python -c {_q(code)} {_q(src)} > {_q(out)}", out
+
+
+def _rename_completion(column: str) -> str:
+    """`--set` that makes SFT read `column` as the completion (data.fields maps canonical -> column)."""
+    return " --set " + _q(f"data.fields={{completion: {column}}}")
+
+
+def _sft_command(s: Signal, r: Recommendation, model: str | None) -> list[str]:
+    pre: list[str] = []
+    extra = ""
+    if "demonstrations" in s.other:
+        paths = s.other["demonstrations"]
+    elif s.kind == "demonstrations":
+        paths = s.paths
+    elif s.kind == "ratings" and s.paths and s.ratings.get("top_threshold") is not None and s.rating_field \
+            and s.suffix == ".jsonl":
+        cmd, out = _ratings_filter(s)
+        pre, paths = [cmd], [out]
+        if s.sft_field and s.sft_field != "completion":
+            extra = _rename_completion(s.sft_field)
+    elif s.kind in ("pairs", "taste") and s.paths:
+        paths, extra = s.paths, _rename_completion("chosen")
+    elif s.kind == "verifier" and s.paths and s.sft_field:
+        paths, extra = s.paths, _rename_completion(s.sft_field)
+    else:
+        paths = []
+    out = f" -o {SFT_OUT}" if r.then else ""
+    cmd = (f"rlft sft {_files('--data', paths, 'DEMOS.jsonl')}{extra} --recipe {recipe_for('sft', model)}"
+           f"{_model_flag(model)}{out}")
+    return [*pre, cmd]
+
+
+def _method_commands(method: str, s: Signal, model: str | None) -> list[str]:
+    """Commands for `method`; `model` is its start model (runs/sft after an SFT step), recipes follow s.model."""
+    recipe = recipe_for(method, s.model)
+    m = _model_flag(model)
+    if method == "dpo":
+        pre = []
+        paths = s.paths if s.kind in ("pairs", "taste") else []
+        if _can_pair(s):
+            cmd, out = _ratings_pairs(s)
+            pre, paths = [cmd], [out]
+        return pre + [f"rlft dpo {_files('--pairs', paths, 'PAIRS.jsonl')} --recipe {recipe}{m}"]
+    if method == "grpo":
+        paths = s.paths if s.kind == "verifier" else []
+        return [(f"rlft grpo {_files('--prompts', paths, 'PROMPTS.jsonl')} "
+                 f"--verifier {_q(s.verifier or 'VERIFIER')} --recipe {recipe}{m}")]
+    if method == "ppo":
+        pre = []
+        paths = s.paths if s.kind in ("pairs", "taste") else []
+        if _can_pair(s):
+            cmd, out = _ratings_pairs(s)
+            pre, paths = [cmd], [out]
+        prompts = paths or ["PROMPTS.jsonl"]
+        reward = (f"rlft reward {_files('--pairs', paths, 'PAIRS.jsonl')} "
+                  f"--recipe {recipe_for('reward', s.model)}{m} -o {REWARD_OUT}")
+        ppo = (f"rlft ppo {_files('--prompts', prompts, 'PROMPTS.jsonl')} --reward-model {REWARD_OUT} "
+               f"--recipe {recipe}{m}")
+        return [*pre, reward, ppo]
+    raise ValueError(method)
+
+
+def build_commands(s: Signal, r: Recommendation) -> tuple[list[str], str]:
+    """The exact commands to run, in order, and the recipe of the first training command."""
+    if r.method == "sft":
+        cmds = _sft_command(s, r, s.model)
+        if r.then:
+            cmds += _method_commands(r.then, s, SFT_OUT)
+        return cmds, recipe_for("sft", s.model)
+    cmds = _method_commands(r.method, s, s.model)
+    return cmds, recipe_for("reward" if r.method == "ppo" else r.method, s.model)
+
+
+# --------------------------------------------------------------------------- reading data
+
+def get_verifier(name: str) -> Any:
+    """The verifier a --verifier value names: a registered name, or whatever rlft.verifiers.resolve takes
+    (NAME:WEIGHT, path/to/file.py:function); UserError with a "did you mean" when it names none."""
+    registry = verifier_registry()
+    if not registry:
+        raise UserError(f"no verifier registry yet: cannot look up '{name}'", "rlft.verifiers must define REGISTRY")
+    if name in registry:
+        return registry[name]
+    try:
+        from rlft.verifiers import resolve
+    except ImportError:
+        resolve = None
+    if resolve is not None:
+        return resolve(name)[0]
+    close = difflib.get_close_matches(name, list(registry), n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise UserError(f"unknown verifier '{name}'", f"{hint}registered: {', '.join(registry)}")
+
+
+def infer_signal(paths: list[str], verifier: str | None = None, **flags: Any) -> Signal:
+    """Read `paths` and describe the signal in them; `flags` (has_sft_model, budget, taste, model, ...) pass on.
+
+    Each file is read (stdlib only), its rows classified by shape, and linted. Files of several kinds are
+    allowed (demonstrations next to pairs is the usual SFT-then-DPO pair); the strongest kind leads.
+    """
+    from rlft.data import read_rows
+
+    if not paths:
+        raise UserError("no data files given", "pass --data FILE")
+    by_kind: dict[str, list[tuple[str, list]]] = {}
+    for path in paths:
+        rows = read_rows(path)
+        kinds = row_kinds(rows)
+        counted = {k: kinds.count(k) for k in set(kinds) if k}
+        if not counted and verifier and all("prompt" in r.data for r in rows):
+            counted = {"verifiable": len(rows)}  # prompts only: a verifier that reads no gold (format)
+        if not counted:
+            cols = sorted({k for r in rows[:50] for k in r.data})
+            raise UserError(f"{path}: cannot tell what signal the rows carry (columns: {', '.join(cols)})",
+                            "use prompt+completion or messages (demonstrations), prompt+chosen+rejected (pairs), "
+                            "prompt+answer/label/tests/schema (verifiable), or prompt+completion+rating (ratings)")
+        kind = max(counted, key=counted.get)
+        by_kind.setdefault(KIND_TO_SIGNAL[kind], []).append((path, rows))
+    lead = next(k for k in PRIORITY if k in by_kind)
+    files = by_kind[lead]
+    rows = [r for _, rs in files for r in rs]
+    s = Signal(kind=lead, rows=len(rows), paths=[p for p, _ in files], data_rows=rows,
+               other={k: [p for p, _ in v] for k, v in by_kind.items() if k != lead},
+               suffix=Path(files[0][0]).suffix.lower(), **flags)
+    v = None
+    if lead == "verifier":
+        v = get_verifier(verifier) if verifier else pick_verifier(rows)
+        if v is not None:  # the spec as the user wrote it (a plugin's name is only its function's)
+            s.verifier, s.format_only = verifier or v.name, bool(getattr(v, "format_only", False)) or s.format_only
+        s.sft_field = next((f for f in ("solution", "completion", "answer", "label")
+                            if all(isinstance(r.data.get(f), str) and r.data[f].strip() for r in rows)), None)
+    elif verifier:
+        raise UserError(f"--verifier {verifier} given, but the data holds {lead}, not verifiable rows",
+                        "drop --verifier, or pass prompt+gold rows (answer, label, tests, schema)")
+    lint_kind = {v2: k for k, v2 in KIND_TO_SIGNAL.items()}
+    for kind, group in by_kind.items():
+        for path, file_rows in group:
+            s.findings += lint_rows(file_rows, lint_kind[kind], v if kind == lead else None)
+    if lead == "pairs":
+        identical = sum(f.count for f in s.findings if f.code == "identical_pairs")
+        s.usable_rows = s.rows - identical
+        s.sft_field = "chosen"
+    if lead == "ratings":
+        s.ratings = rating_stats(rows)
+        s.rating_field = next((f for f in (rating_field(r.data) for r in rows) if f), None)
+        s.sft_field = next((f for f in (completion_field(r.data) for r in rows) if f), None)
+    return s
+
+
+def preflight(s: Signal, num_generations: int = 8, max_prompts: int = 64, rows: list | None = None) -> Signal:
+    """Measure pass rate and mixed-group share with the GRPO issue's rlft.preflight (imported lazily)."""
+    try:
+        from rlft.preflight import run_preflight
+    except ModuleNotFoundError as exc:
+        if exc.name != "rlft.preflight":
+            raise
+        raise UserError("pre-flight needs the GRPO issue's rlft.preflight, which is not installed here",
+                        "drop --model for advice without a measurement, or pass the numbers you measured "
+                        "with --pass-rate and --mixed-fraction") from exc
+    result = run_preflight(s.model, rows or s.data_rows, s.verifier, num_generations, max_prompts)
+    s.pass_rate = float(result.pass_rate)
+    s.mixed_fraction = float(result.mixed_fraction) if result.mixed_fraction is not None else None
+    s.preflight_verdict = getattr(result, "verdict", None)
+    return s
