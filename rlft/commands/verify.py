@@ -1,0 +1,153 @@
+"""`rlft verify NAME --data FILE`: score completions with a verifier, or stress-test the verifier.
+
+Each row of the .jsonl file carries the verifier's gold fields (answer, label, schema, pattern, tests)
+and, to be scored, a `completion` (a string or a message list). Without `--stress` every row is
+scored: a table, or with `--json` a list with one object per row, in file order (`line`, `reward`;
+rows without a completion get `reward: null`). Rewards are unweighted: a NAME:WEIGHT spec is accepted
+and its weight ignored here. With `--stress` the rows' gold values seed junk
+completions (rlft/verifiers/stress.py) and the acceptance of each family is printed; the exit code is
+1 when a must-fail family was accepted (the verifier is gameable), else 0. Bad input (unknown verifier,
+bad JSON, a missing or unparseable gold field) is a UserError: `error: ...` and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from rlft.errors import DataError, UserError, row_problem
+
+
+def verify(
+    name: Annotated[str, typer.Argument(help="Verifier: a built-in (math, label, label_partial, json, regex, "
+                                             "code, format), NAME:WEIGHT, or path/to/file.py:function.")],
+    data: Annotated[Path, typer.Option("--data", "-d", help="JSONL rows: the verifier's gold fields, plus "
+                                                            "`completion` for the rows to score.")],
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: a list of {line, reward} per row, or with --stress "
+                       "{verifier, gameable, families}.")] = False,
+    stress: Annotated[bool, typer.Option(
+        "--stress", help="Score junk completions built from the gold values; exit 1 when any must-fail "
+                         "family is accepted.")] = False,
+) -> None:
+    """Score completions with a verifier, or check with --stress that junk cannot earn reward."""
+    from rlft.verifiers import check_rows, resolve
+
+    verifier, _weight = resolve(name)
+    rows = read_jsonl(data)
+    problems = check_rows(verifier, rows, str(data))
+    if problems:
+        fields = ", ".join(verifier.gold_fields)
+        raise DataError(problems, f"every row needs {fields} in a form the {verifier.name} verifier can read")
+    if verifier.format_only and not json_out:
+        typer.echo(f"note: '{verifier.name}' checks the format only; pair it with a correctness verifier",
+                   err=True)
+    if stress:
+        _stress(verifier, [row for _, row in rows], json_out)
+        return
+    scored = [(line, row) for line, row in rows if row.get("completion") is not None]
+    if not scored:
+        raise UserError(f"{data}: no row has a `completion` to score",
+                        "add a completion to the rows, or pass --stress to test the verifier with junk")
+    keys = dict.fromkeys(k for _, row in scored for k in row if k != "completion")
+    rewards = verifier.fn([row["completion"] for _, row in scored],
+                          **{k: [row.get(k) for _, row in scored] for k in keys})
+    by_line = {line: reward for (line, _), reward in zip(scored, rewards)}
+    if json_out:
+        typer.echo(json.dumps([{"line": line, "reward": by_line.get(line)} for line, _ in rows]))
+    else:
+        _print_rewards(verifier, rows, by_line)
+
+
+def read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """(line number, row) for every non-blank line; all bad lines reported at once as file:line."""
+    if not path.is_file():
+        raise UserError(f"data file '{path}' not found", "check the path")
+    if path.suffix.lower() != ".jsonl":
+        raise UserError(f"{path}: `rlft verify` reads .jsonl files only", "convert the file to JSON lines")
+    rows, problems = [], []
+    with path.open(encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of line 1
+        try:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    why = f"bad JSON: {exc.msg} (column {exc.colno})"
+                    problems.append(row_problem(str(path), number, None, why))
+                    continue
+                if not isinstance(value, dict):
+                    problems.append(row_problem(str(path), number, None, "expected a JSON object"))
+                    continue
+                rows.append((number, value))
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{path} is not UTF-8 text ({exc.reason})", "save the file as UTF-8") from exc
+    if problems:
+        raise DataError(problems, "each line must be one JSON object")
+    if not rows:
+        raise UserError(f"{path} has no rows", "add rows, one JSON object per line")
+    return rows
+
+
+def _stress(verifier: Any, rows: list[dict], json_out: bool) -> None:
+    from rlft.verifiers import gameable, stress
+
+    results = stress(verifier, rows)
+    bad = gameable(results)
+    if json_out:
+        typer.echo(json.dumps({"verifier": verifier.name, "gameable": bad,
+                               "families": [r.as_dict() for r in results]}))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=f"stress: {verifier.name} on {len(rows)} rows")
+        for column in ("family", "must fail", "accepted", "n", "verdict", "example"):
+            table.add_column(column)
+        for r in results:
+            verdict = ("GAMEABLE" if r.acceptance > 0 else "ok") if r.must_fail else "info"
+            style = {"GAMEABLE": "bold red", "ok": "green", "info": "dim"}[verdict]
+            table.add_row(r.name, "yes" if r.must_fail else "no", f"{r.acceptance:.0%}", str(r.n),
+                          Text(verdict, style=style), Text(r.example))
+        console = Console()
+        console.print(table)
+        console.print(Text("gameable: junk completions earn reward; tighten the verifier" if bad else
+                           "not gameable by these families", style="bold red" if bad else "green"))
+    if bad:
+        raise typer.Exit(1)
+
+
+def _print_rewards(verifier: Any, rows: list[tuple[int, dict]], by_line: dict[int, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from rlft.verifiers import completion_text
+
+    table = Table(title=f"{verifier.name}: {verifier.description}")
+    for column in ("line", "reward", "completion", *verifier.gold_fields):
+        table.add_column(column, overflow="fold")
+    for line, row in rows:
+        reward = by_line.get(line)
+        shown = "skipped" if line not in by_line else ("n/a" if reward is None else f"{reward:g}")
+        table.add_row(str(line), shown, Text(_short(completion_text(row.get("completion")))),
+                      *(Text(_short(_as_text(row.get(f)))) for f in verifier.gold_fields))
+    scored = [r for r in by_line.values() if r is not None]
+    console = Console()
+    console.print(table)
+    if scored:
+        console.print(f"mean reward {sum(scored) / len(scored):.3f} over {len(scored)} scored rows")
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
