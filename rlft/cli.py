@@ -65,7 +65,9 @@ def _flags(**pairs) -> dict:
              "train.output_dir": "--output-dir", "train.max_steps": "--max-steps",
              "train.num_train_epochs": "--epochs", "train.learning_rate": "--lr",
              "train.per_device_train_batch_size": "--batch-size", "train.seed": "--seed",
-             "model.lora.enabled": "--lora"}
+             "model.lora.enabled": "--lora", "grpo.verifiers": "--verifier",
+             "grpo.num_generations": "--num-generations", "grpo.preflight": "--preflight",
+             "grpo.filter_prompts": "--filter-prompts", "dpo.beta": "--beta"}
     return {key: (value, names.get(key, key)) for key, value in pairs.items() if value is not None}
 
 
@@ -156,34 +158,133 @@ def dpo(
     _finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
 
 
+@app.command()
+def grpo(
+    prompts: Annotated[Optional[list[str]], typer.Option("--prompts", "-d", help="Prompts with gold fields "
+                                                         "(answer, label, schema, tests, ...). Repeatable.")] = None,
+    verifier: Annotated[Optional[list[str]], typer.Option("--verifier", "-v", help="Reward: NAME, NAME:WEIGHT "
+                        "or file.py:function. Repeatable (weighted sum).")] = None,
+    eval_data: Annotated[Optional[str], typer.Option("--eval-data", help="Held-out rows: greedy pass@1 "
+                                                     "after training.")] = None,
+    model: Model = None, recipe: Recipe = None, output_dir: OutputDir = None,
+    max_steps: MaxSteps = None, epochs: Epochs = None, lr: LR = None, batch_size: Batch = None,
+    seed: Seed = None, lora: Lora = None,
+    num_generations: Annotated[Optional[int], typer.Option(help="Completions per prompt (G).")] = None,
+    preflight: Annotated[Optional[bool], typer.Option("--preflight/--no-preflight", help="Probe the model "
+                         "first and refuse when too few groups have mixed rewards (default on).")] = None,
+    filter_prompts: Annotated[bool, typer.Option("--filter-prompts", help="Train only on prompts whose "
+                              "pre-flight group had mixed rewards.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the rollout plan and exit.")] = False,
+    set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
+) -> None:
+    """GRPO against verifiers (TRL GRPOTrainer): RL from a program that checks answers."""
+    flags = _flags(**{"data.train": prompts, "data.eval": eval_data, "model.name_or_path": model,
+                      "train.output_dir": output_dir, "train.max_steps": max_steps,
+                      "train.num_train_epochs": epochs, "train.learning_rate": lr,
+                      "train.per_device_train_batch_size": batch_size, "train.seed": seed,
+                      "model.lora.enabled": lora, "grpo.verifiers": verifier,
+                      "grpo.num_generations": num_generations, "grpo.preflight": preflight,
+                      "grpo.filter_prompts": filter_prompts or None})
+    cfg = _resolve("grpo", recipe, flags, set_, print_config, resume)
+    if dry_run:
+        _print_plan(cfg)
+        raise typer.Exit(0)
+    from rlft.methods import grpo as method
+
+    _finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+
+
+def _print_plan(cfg) -> None:
+    from rlft.data import read_many
+    from rlft.methods.grpo import plan, validate_gold
+
+    rows = read_many(cfg.data.train, fields=cfg.data.fields, split=cfg.data.split, max_rows=cfg.data.max_rows)
+    validate_gold(rows, list(cfg.grpo.verifiers))
+    p = plan(cfg, len(rows))
+    out_console.print(
+        f"GRPO plan: {p['steps']} steps x {p['prompts_per_step']} prompts x G={p['num_generations']} "
+        f"= {p['rollouts']:,} sampled completions\n"
+        f"generated tokens: at most {p['max_generated_tokens']:,} "
+        f"({p['rollouts']:,} x max_completion_length {cfg.grpo.max_completion_length})\n"
+        f"SFT on the same prompts would train on {p['sft_rows_same_prompts']:,} rows, one target each: GRPO "
+        f"samples {p['rollouts_per_sft_row']}x as many sequences, and needs no written answers",
+        highlight=False)
+
+
+@app.command("preflight")
+def preflight_(
+    model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")],
+    prompts: Annotated[str, typer.Option("--prompts", "-d", help="Prompts with gold fields.")],
+    verifier: Annotated[list[str], typer.Option("--verifier", "-v", help="Verifier spec(s).")],
+    num_generations: Annotated[int, typer.Option("--num-generations", "-g", help="Samples per prompt (G).",
+                                                 min=2)] = 8,
+    max_prompts: Annotated[int, typer.Option(help="Prompts to probe.", min=1)] = 32,
+    max_new_tokens: Annotated[int, typer.Option(help="Generation budget per completion.")] = 64,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    min_mixed: Annotated[float, typer.Option(help="Refuse below this share of mixed groups.")] = 0.1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Will GRPO learn? Sample G completions per prompt, score them, and say go or refuse (exit 3)."""
+    from rlft.data import read_rows
+    from rlft.preflight import run_preflight
+
+    result = run_preflight(model, read_rows(prompts), verifier, num_generations=num_generations,
+                           max_prompts=max_prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                           min_mixed=min_mixed)
+    if json_out:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        out_console.print(f"pass rate {result.pass_rate:.2f}  mixed groups {result.mixed_fraction:.2f}  "
+                          f"truncated {result.truncation_rate:.2f}  unparsed {result.parse_failures:.2f}  "
+                          f"({result.prompts} prompts x {result.num_generations})")
+        out_console.print(f"verdict: [bold]{result.verdict}[/]")
+        for line in result.advice:
+            out_console.print(f"  - {line}", highlight=False)
+    raise typer.Exit(3 if result.verdict == "refuse" else 0)
+
+
 @app.command("eval")
 def eval_(
     model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")],
-    data: Annotated[str, typer.Option("--data", "-d", help="Verifiable rows: prompt + answer.")],
+    data: Annotated[str, typer.Option("--data", "-d", help="Verifiable rows: prompt + gold fields.")],
+    verifier: Annotated[Optional[list[str]], typer.Option("--verifier", "-v", help="Score with a verifier "
+                        "(NAME, NAME:WEIGHT, file.py:fn); default: exact match against `answer`.")] = None,
+    samples: Annotated[int, typer.Option("--samples", "-k", help="Also sample K completions per prompt "
+                                         "and report their pass rate.", min=0)] = 0,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature for --samples.")] = 1.0,
     max_new_tokens: Annotated[int, typer.Option(help="Generation budget per answer.")] = 32,
     limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N rows.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, pass_at_1, mean_reward} as JSON.")] = False,
 ) -> None:
-    """Greedy pass@1 on held-out verifiable rows (exact match against `answer`)."""
+    """Greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples)."""
     from rlft.data import read_rows, validate_verifiable
 
     rows = read_rows(data, max_rows=limit)
-    validate_verifiable(rows)
+    if verifier:
+        from rlft.methods.grpo import load_verifiers, validate_gold
+
+        validate_gold(rows, verifier)
+        scorer, _ = load_verifiers(verifier)
+    else:
+        validate_verifiable(rows)
+        scorer = None
     from rlft.quiet import quiet_libraries
 
     quiet_libraries()
-    from rlft.evaluate import evaluate_rows
+    from rlft.evaluate import evaluate_rows, exact_match
     from rlft.models import load_model, load_tokenizer
     from rlft.config import Section
 
     tok = load_tokenizer(model)
     net = load_model(Section(name_or_path=model, dtype="auto", revision=None, trust_remote_code=False,
                              load_in_4bit=False, lora=Section(enabled=False)), trainable=False)
-    result = evaluate_rows(net, tok, [r.data for r in rows], max_new_tokens=max_new_tokens)
+    result = evaluate_rows(net, tok, [r.data for r in rows], scorer=scorer or exact_match,
+                           max_new_tokens=max_new_tokens, samples=samples, temperature=temperature)
     if json_out:
         print(json.dumps(result.as_dict(), indent=2))
     else:
-        out_console.print(f"n={result.n}  pass@1={result.pass_at_1:.3f}  mean_reward={result.mean_reward:.3f}")
+        extra = f"  pass rate over {samples} samples={result.sampled_pass_rate:.3f}" if samples else ""
+        out_console.print(f"n={result.n}  pass@1={result.pass_at_1:.3f}  mean_reward={result.mean_reward:.3f}{extra}")
 
 
 from rlft.commands.choose import choose  # noqa: E402  (light modules: typer only at import)

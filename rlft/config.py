@@ -47,6 +47,7 @@ class Field:
     minimum: float | None = None
     maximum: float | None = None
     nullable: bool = True
+    rlft_only: bool = False  # read by rlft itself, never passed to the TRL config
 
 
 LORA = {
@@ -102,7 +103,24 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "loss_type": Field("str_or_list", "sigmoid", "sigmoid (DPO), ipo, hinge, ..."),
         "max_length": Field("int", 1024, "truncate prompt+answer to this many tokens", minimum=1),
     },
-    "grpo": {},
+    "grpo": {
+        "verifiers": Field("list", ["math"], "verifier specs: NAME, NAME:WEIGHT, file.py:function",
+                           rlft_only=True),
+        "num_generations": Field("int", 8, "completions per prompt (the group size G)", minimum=2),
+        "max_completion_length": Field("int", 256, "generation budget per completion", minimum=1),
+        "temperature": Field("float", 1.0, "sampling temperature for rollouts", minimum=0.0),
+        "beta": Field("float", 0.0, "KL coefficient against the reference (TRL's default 0: no reference)",
+                      minimum=0.0),
+        "preflight": Field("bool", True, "probe the model before training; refuse when it cannot learn",
+                           rlft_only=True),
+        "preflight_prompts": Field("int", 32, "prompts sampled by the pre-flight", minimum=1, rlft_only=True),
+        "min_mixed_fraction": Field("float", 0.1, "pre-flight refuses below this share of mixed groups",
+                                    minimum=0.0, maximum=1.0, rlft_only=True),
+        "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
+                                rlft_only=True),
+        "heldout_max_new_tokens": Field("int", None, "generation budget for held-out evaluation "
+                                        "(default: max_completion_length)", minimum=1, rlft_only=True),
+    },
     "reward": {},
     "ppo": {},
 }
@@ -476,5 +494,7 @@ def _nest(flat: dict[str, Any]) -> Section:
 def trl_kwargs(cfg: RunConfig, section: str) -> dict[str, Any]:
     """The `train` section plus the method section, flattened into TRL config kwargs (None = TRL default)."""
     out = {k: v for k, v in cfg.values["train"].items() if v is not None}
-    out.update({k: v for k, v in cfg.values.get(section, {}).items() if v is not None})
+    own = SCHEMA.get(section, {})
+    out.update({k: v for k, v in cfg.values.get(section, {}).items()
+                if v is not None and not (isinstance(own.get(k), Field) and own[k].rlft_only)})
     return out

@@ -272,7 +272,9 @@ def validate_verifiable(rows: list[Row], gold_fields: tuple[str, ...] = ("answer
         raise DataError(problems, f"rows need prompt and {', '.join(gold_fields)}")
 
 
-VALIDATORS = {"sft": validate_sft, "preference": validate_preference, "verifiable": validate_verifiable}
+VALIDATORS = {"sft": validate_sft, "preference": validate_preference,
+              # gold fields depend on the verifier: the method checks them (rlft.methods.grpo.validate_gold)
+              "verifiable": lambda rows: validate_verifiable(rows, gold_fields=())}
 
 
 def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], list[Row]]:

@@ -19,10 +19,15 @@ def render_prompt(tok, prompt: Any) -> str:
     return prompt
 
 
-def generate(model, tok, prompts: Sequence[Any], *, max_new_tokens: int = 32, do_sample: bool = False,
-             temperature: float = 1.0, num_return_sequences: int = 1, batch_size: int = 64,
-             progress: Console | None = None) -> list[list[str]]:
+def generate(model, tok, prompts: Sequence[Any], **kwargs: Any) -> list[list[str]]:
     """Complete each prompt; returns one list of `num_return_sequences` strings per prompt."""
+    return [[text for text, _ in group] for group in generate_detailed(model, tok, prompts, **kwargs)]
+
+
+def generate_detailed(model, tok, prompts: Sequence[Any], *, max_new_tokens: int = 32, do_sample: bool = False,
+                      temperature: float = 1.0, num_return_sequences: int = 1,
+                      batch_size: int = 64) -> list[list[tuple[str, bool]]]:
+    """Like `generate`, with each completion paired with whether it ended (emitted eos) in budget."""
     import torch
 
     texts = [render_prompt(tok, p) for p in prompts]
@@ -30,7 +35,7 @@ def generate(model, tok, prompts: Sequence[Any], *, max_new_tokens: int = 32, do
     tok.padding_side = "left"
     model_was_training = model.training
     model.eval()
-    out: list[list[str]] = []
+    out: list[list[tuple[str, bool]]] = []
     device = next(model.parameters()).device
     try:
         for start in range(0, len(texts), batch_size):
@@ -44,9 +49,10 @@ def generate(model, tok, prompts: Sequence[Any], *, max_new_tokens: int = 32, do
             with torch.no_grad():
                 ids = model.generate(**batch, **gen_kwargs)
             new = ids[:, batch["input_ids"].shape[1]:]
+            finished = (new == tok.eos_token_id).any(dim=1).tolist()
             decoded = tok.batch_decode(new, skip_special_tokens=True)
             for i in range(0, len(decoded), num_return_sequences):
-                out.append(decoded[i:i + num_return_sequences])
+                out.append(list(zip(decoded[i:i + num_return_sequences], finished[i:i + num_return_sequences])))
     finally:
         tok.padding_side = side
         if model_was_training:
@@ -65,20 +71,39 @@ class EvalResult:
     pass_at_1: float
     mean_reward: float
     samples: list[dict]
+    sampled_pass_rate: float | None = None  # with --samples K: share of the K samples per prompt that pass
+    k: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "pass_at_1": round(self.pass_at_1, 4), "mean_reward": round(self.mean_reward, 4)}
+        out = {"n": self.n, "pass_at_1": round(self.pass_at_1, 4), "mean_reward": round(self.mean_reward, 4)}
+        if self.k:
+            out.update(samples=self.k, pass_rate_at_k_samples=round(self.sampled_pass_rate or 0.0, 4))
+        return out
+
+
+def _score(scorer: Callable, rows: list[dict], completions: list[str], repeat: int = 1) -> list[float]:
+    prompts = [r["prompt"] for r in rows for _ in range(repeat)]
+    gold_keys = {k for r in rows for k in r if k != "prompt"}
+    gold = {k: [r.get(k) for r in rows for _ in range(repeat)] for k in gold_keys}
+    return [0.0 if x is None else float(x) for x in scorer(completions, prompts=prompts, **gold)]
 
 
 def evaluate_rows(model, tok, rows: list[dict], scorer: Callable = exact_match, max_new_tokens: int = 32,
-                  batch_size: int = 64) -> EvalResult:
-    """Greedy pass@1 and mean reward of `model` on verifiable rows (prompt + gold fields)."""
+                  batch_size: int = 64, samples: int = 0, temperature: float = 1.0) -> EvalResult:
+    """Greedy pass@1 and mean reward of `model` on verifiable rows (prompt + gold fields); with
+    `samples` K > 0, also the share of K sampled completions per prompt that pass."""
     prompts = [r["prompt"] for r in rows]
     completions = [c[0] for c in generate(model, tok, prompts, max_new_tokens=max_new_tokens,
                                           batch_size=batch_size)]
-    gold_keys = {k for r in rows for k in r if k != "prompt"}
-    gold = {k: [r.get(k) for r in rows] for k in gold_keys}
-    rewards = [0.0 if x is None else float(x) for x in scorer(completions, prompts=prompts, **gold)]
+    rewards = _score(scorer, rows, completions)
     n = len(rows)
-    samples = [{"prompt": p, "completion": c, "reward": r} for p, c, r in zip(prompts, completions, rewards)]
-    return EvalResult(n, sum(r >= 1.0 for r in rewards) / max(n, 1), sum(rewards) / max(n, 1), samples)
+    shown = [{"prompt": p, "completion": c, "reward": r} for p, c, r in zip(prompts, completions, rewards)]
+    result = EvalResult(n, sum(r >= 1.0 for r in rewards) / max(n, 1), sum(rewards) / max(n, 1), shown)
+    if samples:
+        groups = generate(model, tok, prompts, max_new_tokens=max_new_tokens, do_sample=True,
+                          temperature=temperature, num_return_sequences=samples,
+                          batch_size=max(1, batch_size // samples))
+        sampled = _score(scorer, rows, [c for g in groups for c in g], repeat=samples)
+        result.sampled_pass_rate = sum(r >= 1.0 for r in sampled) / max(len(sampled), 1)
+        result.k = samples
+    return result

@@ -31,8 +31,11 @@ def default_output_dir(method: str) -> str:
     return f"runs/{method}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_output_dir(path: str | Path, overwrite: bool = False, resume: bool = False) -> Path:
-    """Make sure `path` can take this run: empty, or --overwrite of an rlft run, or --resume."""
+def prepare_output_dir(path: str | Path, overwrite: bool = False, resume: bool = False,
+                       check_only: bool = False) -> Path:
+    """Make sure `path` can take this run: empty, or --overwrite of an rlft run, or --resume.
+
+    With `check_only`, only refuse (nothing is created or deleted)."""
     out = Path(path)
     if resume:
         if not out.is_dir() or last_checkpoint(out) is None:
@@ -48,8 +51,11 @@ def prepare_output_dir(path: str | Path, overwrite: bool = False, resume: bool =
         if not any((out / m).exists() for m in RUN_MARKERS):
             raise UserError(f"output_dir '{out}' is not an rlft run folder; refusing to delete it",
                             "choose another --output-dir")
+        if check_only:
+            return out
         shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if not check_only:
+        out.mkdir(parents=True, exist_ok=True)
     return out
 
 

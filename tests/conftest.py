@@ -79,3 +79,17 @@ def sft_model(tmp_path_factory, tiny_dir):
     except SystemExit as exc:
         assert exc.code == 0, f"short SFT failed with exit code {exc.code}"
     return out
+
+
+@pytest.fixture(scope="session")
+def sft_short(tmp_path_factory, tiny_dir):
+    """The tiny model after recipes/sft_tiny_short.yaml: right about half the time (GRPO's starting point)."""
+    from rlft.cli import main
+
+    out = tmp_path_factory.mktemp("runs") / "sft-short"
+    try:
+        main(["sft", "--recipe", str(ROOT / "recipes/sft_tiny_short.yaml"), "-o", str(out),
+              "--data", str(DATA / "arith/sft_train.jsonl")])
+    except SystemExit as exc:
+        assert exc.code == 0, f"short SFT failed with exit code {exc.code}"
+    return out

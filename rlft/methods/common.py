@@ -69,14 +69,24 @@ def build_trl_config(cfg: RunConfig, config_cls, out: Path, has_eval: bool, **ov
 
 
 def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = False, resume: bool = False,
-               console: Console | None = None, after: Callable | None = None) -> RunResult:
-    """Run one TRL-backed training job end to end; see the module docstring."""
+               console: Console | None = None, after: Callable | None = None,
+               prepare: Callable | None = None) -> RunResult:
+    """Run one TRL-backed training job end to end; see the module docstring.
+
+    `prepare(cfg, train_rows, eval_rows)` runs after data validation and before the run folder is
+    touched (GRPO's pre-flight lives there: a refused run leaves nothing behind); `after(trainer, out)`
+    returns extra final metrics (held-out scores).
+    """
     from rlft.data import load_split
     from rlft.quiet import quiet_libraries
 
     quiet_libraries()
     console = console or Console(stderr=True)
     train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed)  # validate before writing
+    if not resume:  # refuse a busy output_dir before any slow work
+        prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
+    if prepare:
+        prepare(cfg, train_rows, eval_rows)
     out = prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, resume=resume)
     ckpt = last_checkpoint(out) if resume else None
     (out / "config.yaml").write_text(cfg.to_yaml())
@@ -104,7 +114,7 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
             return RunResult("interrupted", out, interrupt.exit_code)
         trainer.save_model(str(out))
         final = dict(result.metrics)
-        if eval_rows:
+        if getattr(trainer, "eval_dataset", None) is not None:
             final.update(trainer.evaluate())
         extra = after(trainer, out) if after else {}
         final.update(extra or {})

@@ -1,0 +1,148 @@
+"""GRPO (RL with verifiable rewards) with TRL's GRPOTrainer and rlft's verifier registry.
+
+Per prompt, G completions are sampled and scored by the verifier(s); each completion's advantage is its
+reward minus the group mean (divided by the group std, TRL's `scale_rewards="group"`), and the policy is
+pushed toward above-average completions. rlft keeps TRL's defaults (beta 0: no reference model, DAPO
+token-level loss normalisation) and adds, before any training step:
+  - gold-field validation: every row carries the fields its verifiers need, parseable (file:line errors);
+  - a pre-flight (on by default): sample G completions for some prompts and refuse the run when too few
+    groups are mixed, since all-equal groups have zero advantage and teach nothing;
+  - optional prompt filtering to the prompts whose pre-flight group was mixed.
+After training, held-out pass@1 (greedy, scored by the same verifiers) goes into summary.json.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from rlft.config import RunConfig
+from rlft.errors import DataError
+from rlft.methods.common import RunResult, build_trl_config, train_with
+
+KIND = "verifiable"
+
+
+def load_verifiers(specs: list[str]):
+    """One reward function for the specs (weighted sum when several) and the gold fields they need."""
+    from rlft.verifiers import combine, resolve
+
+    parts = [resolve(s) for s in specs]
+    fn = parts[0][0].fn if len(parts) == 1 and parts[0][1] == 1.0 else combine(parts)
+    fields = tuple(dict.fromkeys(f for v, _ in parts for f in v.gold_fields))
+    return fn, fields
+
+
+def validate_gold(rows, specs: list[str]) -> None:
+    """Every row has a prompt and each verifier's gold fields, in a form the verifier can parse."""
+    from rlft.data import validate_verifiable
+    from rlft.verifiers import check_rows, resolve
+
+    validate_verifiable(rows, gold_fields=())
+    problems: list[str] = []
+    for spec in specs:
+        verifier, _ = resolve(spec)
+        by_source: dict[str, list] = {}
+        for r in rows:
+            by_source.setdefault(r.source, []).append((r.line, r.data))
+        for source, items in by_source.items():
+            problems += check_rows(verifier, items, source)
+    if problems:
+        raise DataError(problems, "fix the gold values, or pick the verifier that matches them (rlft verify "
+                                  "NAME --data FILE shows how it scores)")
+
+
+def plan(cfg: RunConfig, n_prompts: int) -> dict[str, Any]:
+    """What a run will generate: rollouts, a bound on generated tokens, and the SFT comparison."""
+    g = cfg.grpo.num_generations
+    batch = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps
+    prompts_per_step = max(1, batch // g)
+    steps = cfg.train.max_steps if cfg.train.max_steps > 0 else int(n_prompts * cfg.train.num_train_epochs
+                                                                     // prompts_per_step)
+    rollouts = steps * prompts_per_step * g
+    return {"steps": steps, "prompts_per_step": prompts_per_step, "num_generations": g, "rollouts": rollouts,
+            "max_generated_tokens": rollouts * cfg.grpo.max_completion_length,
+            "sft_rows_same_prompts": steps * prompts_per_step,
+            "rollouts_per_sft_row": g}
+
+
+def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> dict[str, Any]:
+    """Before the run folder exists: validate gold, load the model, pre-flight, filter prompts."""
+    from rlft.models import load_model, load_tokenizer
+    from rlft.preflight import PreflightRefused, probe
+
+    specs = list(cfg.grpo.verifiers)
+    reward_fn, _ = load_verifiers(specs)
+    validate_gold(train_rows + eval_rows, specs)
+    tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
+    model = load_model(cfg.model)
+    result = None
+    if cfg.grpo.preflight or cfg.grpo.filter_prompts:
+        import torch
+
+        torch.manual_seed(cfg.train.seed)
+        n = len(train_rows) if cfg.grpo.filter_prompts else cfg.grpo.preflight_prompts
+        result = probe(model, tok, [r.data for r in train_rows], reward_fn,
+                       num_generations=cfg.grpo.num_generations, max_prompts=n,
+                       max_new_tokens=cfg.grpo.max_completion_length, temperature=cfg.grpo.temperature,
+                       min_mixed=cfg.grpo.min_mixed_fraction)
+        console.print(f"pre-flight: pass rate {result.pass_rate:.2f}, mixed groups {result.mixed_fraction:.2f}, "
+                      f"truncated {result.truncation_rate:.2f} over {result.prompts} prompts x "
+                      f"{result.num_generations} -> [bold]{result.verdict}[/]")
+        if result.verdict == "refuse" and cfg.grpo.preflight:
+            raise PreflightRefused(f"pre-flight refused: only {result.mixed_fraction:.0%} of groups have mixed "
+                                   f"rewards (pass rate {result.pass_rate:.0%}); all-equal groups teach nothing",
+                                   "; ".join(result.advice) + " (or --no-preflight to run anyway)")
+        if cfg.grpo.filter_prompts:
+            kept = [r for r, mixed in zip(train_rows, result.mixed) if mixed]
+            console.print(f"--filter-prompts: kept {len(kept)} of {len(train_rows)} prompts (mixed groups)")
+            if not kept:
+                raise PreflightRefused("--filter-prompts left no prompt with mixed rewards",
+                                       "; ".join(result.advice) or "use other prompts")
+            train_rows[:] = kept
+    return {"model": model, "tok": tok, "reward_fn": reward_fn, "preflight": result}
+
+
+def build(cfg: RunConfig, out: Path, train_rows, eval_rows, model=None, tok=None, reward_fn=None,
+          preflight=None):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlft.data import to_dataset
+    from rlft.run import write_json
+
+    if preflight is not None:
+        write_json(out / "preflight.json", preflight.as_dict())
+    args = build_trl_config(cfg, GRPOConfig, out, False)
+    return GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, processing_class=tok,
+                       train_dataset=to_dataset(train_rows))
+
+
+def heldout(cfg: RunConfig, trainer, eval_rows, reward_fn) -> dict[str, float]:
+    from rlft.evaluate import evaluate_rows
+
+    budget = cfg.grpo.heldout_max_new_tokens or cfg.grpo.max_completion_length
+    result = evaluate_rows(trainer.model, trainer.processing_class, [r.data for r in eval_rows], scorer=reward_fn,
+                           max_new_tokens=budget)
+    return {"heldout_pass_at_1": result.pass_at_1, "heldout_mean_reward": result.mean_reward}
+
+
+def run(cfg: RunConfig, console: Console | None = None, **kwargs) -> RunResult:
+    console = console or Console(stderr=True)
+    state: dict[str, Any] = {}
+
+    def _prepare(cfg, train_rows, eval_rows):
+        state.update(prepare(cfg, train_rows, eval_rows, console))
+        state["eval_rows"] = eval_rows
+        return state
+
+    def _after(trainer, out):
+        if not state.get("eval_rows"):
+            return {}
+        return heldout(cfg, trainer, state["eval_rows"], state["reward_fn"])
+
+    def _build(cfg, out, train_rows, eval_rows):
+        return build(cfg, out, train_rows, [], **{k: state[k] for k in ("model", "tok", "reward_fn", "preflight")})
+
+    return train_with(cfg, KIND, _build, prepare=_prepare, after=_after, console=console, **kwargs)
