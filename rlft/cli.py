@@ -57,6 +57,12 @@ Sets = Annotated[Optional[list[str]], typer.Option("--set", help="Override any f
 PrintConfig = Annotated[bool, typer.Option("--print-config", help="Print the resolved config and exit.")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output_dir.")]
 Resume = Annotated[bool, typer.Option("--resume", help="Continue from the last checkpoint in output_dir.")]
+OnAlarm = Annotated[Optional[str], typer.Option("--on-alarm", help="warn (default) or stop: stop saves a "
+                                                "checkpoint and ends the run when an alarm fires.")]
+Holdout = Annotated[Optional[str], typer.Option("--holdout", help="Held-out prompts + gold, scored greedily "
+                                                "every watch.holdout_every steps (reward-hacking check).")]
+HoldoutVerifier = Annotated[Optional[str], typer.Option("--holdout-verifier", help="Verifier for --holdout "
+                                                        "(default math).")]
 
 
 def _flags(**pairs) -> dict:
@@ -67,7 +73,8 @@ def _flags(**pairs) -> dict:
              "train.per_device_train_batch_size": "--batch-size", "train.seed": "--seed",
              "model.lora.enabled": "--lora", "grpo.verifiers": "--verifier",
              "grpo.num_generations": "--num-generations", "grpo.preflight": "--preflight",
-             "grpo.filter_prompts": "--filter-prompts", "dpo.beta": "--beta"}
+             "grpo.filter_prompts": "--filter-prompts", "dpo.beta": "--beta", "watch.on_alarm": "--on-alarm",
+             "watch.holdout": "--holdout", "watch.holdout_verifier": "--holdout-verifier"}
     return {key: (value, names.get(key, key)) for key, value in pairs.items() if value is not None}
 
 
@@ -121,15 +128,17 @@ def sft(
                                                       "or messages rows. Repeatable.")] = None,
     eval_data: EvalData = None, model: Model = None, recipe: Recipe = None, output_dir: OutputDir = None,
     max_steps: MaxSteps = None, epochs: Epochs = None, lr: LR = None, batch_size: Batch = None,
-    seed: Seed = None, lora: Lora = None, set_: Sets = None, print_config: PrintConfig = False,
-    overwrite: Overwrite = False, resume: Resume = False,
+    seed: Seed = None, lora: Lora = None,
+    on_alarm: OnAlarm = None, holdout: Holdout = None, holdout_verifier: HoldoutVerifier = None,
+    set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
 ) -> None:
     """Supervised fine-tuning on demonstrations (TRL SFTTrainer)."""
     flags = _flags(**{"data.train": data, "data.eval": eval_data, "model.name_or_path": model,
                       "train.output_dir": output_dir, "train.max_steps": max_steps,
                       "train.num_train_epochs": epochs, "train.learning_rate": lr,
                       "train.per_device_train_batch_size": batch_size, "train.seed": seed,
-                      "model.lora.enabled": lora})
+                      "model.lora.enabled": lora, "watch.on_alarm": on_alarm, "watch.holdout": holdout,
+                      "watch.holdout_verifier": holdout_verifier})
     cfg = _resolve("sft", recipe, flags, set_, print_config, resume)
     from rlft.methods import sft as method
 
@@ -144,6 +153,7 @@ def dpo(
     max_steps: MaxSteps = None, epochs: Epochs = None, lr: LR = None, batch_size: Batch = None,
     seed: Seed = None, lora: Lora = None,
     beta: Annotated[Optional[float], typer.Option(help="KL strength (default 0.1).")] = None,
+    on_alarm: OnAlarm = None, holdout: Holdout = None, holdout_verifier: HoldoutVerifier = None,
     set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
 ) -> None:
     """Direct Preference Optimization on chosen/rejected pairs (TRL DPOTrainer)."""
@@ -151,7 +161,8 @@ def dpo(
                       "train.output_dir": output_dir, "train.max_steps": max_steps,
                       "train.num_train_epochs": epochs, "train.learning_rate": lr,
                       "train.per_device_train_batch_size": batch_size, "train.seed": seed,
-                      "model.lora.enabled": lora, "dpo.beta": beta})
+                      "model.lora.enabled": lora, "watch.on_alarm": on_alarm, "watch.holdout": holdout,
+                      "watch.holdout_verifier": holdout_verifier, "dpo.beta": beta})
     cfg = _resolve("dpo", recipe, flags, set_, print_config, resume)
     from rlft.methods import dpo as method
 
@@ -175,6 +186,7 @@ def grpo(
     filter_prompts: Annotated[bool, typer.Option("--filter-prompts", help="Train only on prompts whose "
                               "pre-flight group had mixed rewards.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the rollout plan and exit.")] = False,
+    on_alarm: OnAlarm = None, holdout: Holdout = None, holdout_verifier: HoldoutVerifier = None,
     set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
 ) -> None:
     """GRPO against verifiers (TRL GRPOTrainer): RL from a program that checks answers."""
@@ -182,7 +194,8 @@ def grpo(
                       "train.output_dir": output_dir, "train.max_steps": max_steps,
                       "train.num_train_epochs": epochs, "train.learning_rate": lr,
                       "train.per_device_train_batch_size": batch_size, "train.seed": seed,
-                      "model.lora.enabled": lora, "grpo.verifiers": verifier,
+                      "model.lora.enabled": lora, "watch.on_alarm": on_alarm, "watch.holdout": holdout,
+                      "watch.holdout_verifier": holdout_verifier, "grpo.verifiers": verifier,
                       "grpo.num_generations": num_generations, "grpo.preflight": preflight,
                       "grpo.filter_prompts": filter_prompts or None})
     cfg = _resolve("grpo", recipe, flags, set_, print_config, resume)

@@ -25,7 +25,7 @@ import yaml
 from rlft.errors import UserError
 
 METHODS = ("sft", "dpo", "grpo", "reward", "ppo")
-COMMON_SECTIONS = ("model", "data", "train")
+COMMON_SECTIONS = ("model", "data", "train", "watch")
 # The TRL config class behind each section; fields not in the rlft schema are checked against these.
 TRL_CONFIGS = {
     "train": ("transformers", "TrainingArguments"),
@@ -94,6 +94,18 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "fp16": Field("bool", None, "fp16 mixed precision; default off"),
         "gradient_checkpointing": Field("bool", None, "default: on for GPUs, off on CPU (costs 15-20%)"),
         "save_total_limit": Field("int", 2, "keep at most N checkpoints", minimum=1),
+    },
+    # How a run is watched (rlft.monitor / rlft.alarms): every method has this section.
+    "watch": {
+        "on_alarm": Field("str", "warn", "what an alarm does: warn, or stop (after saving a checkpoint)",
+                          choices=("warn", "stop"), rlft_only=True),
+        "holdout": Field("str", None, "held-out prompts + gold, scored with greedy decoding every "
+                         "holdout_every steps (the reward-hacking check)", rlft_only=True),
+        "holdout_verifier": Field("str", "math", "verifier for the held-out check", rlft_only=True),
+        "holdout_every": Field("int", 50, "steps between held-out checks", minimum=1, rlft_only=True),
+        "holdout_max_rows": Field("int", 100, "held-out rows scored per check", minimum=1, rlft_only=True),
+        "holdout_max_new_tokens": Field("int", 32, "generation budget of the held-out check", minimum=1,
+                                        rlft_only=True),
     },
     "sft": {
         "max_length": Field("int", 1024, "truncate sequences to this many tokens", minimum=1),
@@ -460,6 +472,9 @@ def _trl_fields(method: str) -> dict[str, dict[str, Any]]:
     import dataclasses
     import importlib
 
+    from rlft.quiet import quiet_libraries
+
+    quiet_libraries()
     out: dict[str, dict[str, Any]] = {}
     module, name = TRL_CONFIGS["train"]
     train_fields = {f.name: _default(f) for f in dataclasses.fields(getattr(importlib.import_module(module), name))}
