@@ -1,5 +1,5 @@
 # rlft: one venv, one test command, pipelines over shipped data.
-#   make demo        build the tiny model, SFT it, DPO it, evaluate before/after (offline, ~3 min on 2 cores)
+#   make demo        build the tiny model; SFT, then DPO, GRPO and reward model + PPO; evaluate each stage
 #   make test        the fast suite (what CI runs)
 #   make test-slow   the end-to-end suite (minutes)
 # MODEL, DATA and OUT let the same pipeline targets run a real model elsewhere.
@@ -14,9 +14,12 @@ MODEL ?= tiny
 OUT ?= runs/demo
 SFT_DATA ?= data/arith/sft_train.jsonl
 PAIRS ?= data/arith/pairs_train.jsonl
+PROMPTS ?= data/arith/grpo_prompts.jsonl
 HELDOUT ?= data/arith/test.jsonl
+SFT_RECIPE ?= recipes/sft_tiny_short.yaml
+PIPE = $(BIN)/python -m rlft.pipeline
 
-.PHONY: install test test-slow lint demo pipeline-dpo clean
+.PHONY: install test test-slow lint bench demo pipeline-dpo pipeline-grpo pipeline-rlhf clean
 
 install: $(VENV)/.installed
 
@@ -37,12 +40,25 @@ test-slow: install
 lint: install
 	$(BIN)/ruff check rlft tests bench
 
-# SFT then DPO, with held-out evaluation before and after each stage.
+bench: install
+	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install
-	$(BIN)/python -m rlft.pipeline dpo --model $(MODEL) --sft-data $(SFT_DATA) --pairs $(PAIRS) \
+	$(PIPE) dpo --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --pairs $(PAIRS) \
 		--heldout $(HELDOUT) --out $(OUT)
 
-demo: pipeline-dpo
+pipeline-grpo: install
+	$(PIPE) grpo --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --prompts $(PROMPTS) \
+		--heldout $(HELDOUT) --out $(OUT)
+
+pipeline-rlhf: install
+	$(PIPE) rlhf --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --pairs $(PAIRS) \
+		--prompts $(PROMPTS) --heldout $(HELDOUT) --out $(OUT)
+
+# The main job: offline, tiny model, shipped data, all three pipelines, one table.
+demo: install
+	$(PIPE) demo --out $(OUT)
 
 clean:
 	rm -rf runs .pytest_cache

@@ -74,7 +74,8 @@ def _flags(**pairs) -> dict:
              "model.lora.enabled": "--lora", "grpo.verifiers": "--verifier",
              "grpo.num_generations": "--num-generations", "grpo.preflight": "--preflight",
              "grpo.filter_prompts": "--filter-prompts", "dpo.beta": "--beta", "watch.on_alarm": "--on-alarm",
-             "watch.holdout": "--holdout", "watch.holdout_verifier": "--holdout-verifier"}
+             "watch.holdout": "--holdout", "watch.holdout_verifier": "--holdout-verifier",
+             "grpo.reward_model": "--reward-model"}
     return {key: (value, names.get(key, key)) for key, value in pairs.items() if value is not None}
 
 
@@ -170,11 +171,36 @@ def dpo(
 
 
 @app.command()
+def reward(
+    pairs: Annotated[Optional[list[str]], typer.Option("--pairs", "-d", help="Preference pairs: prompt/chosen/"
+                                                       "rejected rows. Repeatable.")] = None,
+    eval_data: EvalData = None, model: Model = None, recipe: Recipe = None, output_dir: OutputDir = None,
+    max_steps: MaxSteps = None, epochs: Epochs = None, lr: LR = None, batch_size: Batch = None,
+    seed: Seed = None, lora: Lora = None,
+    on_alarm: OnAlarm = None, holdout: Holdout = None, holdout_verifier: HoldoutVerifier = None,
+    set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
+) -> None:
+    """Train a reward model on preference pairs (TRL RewardTrainer); reports held-out pair accuracy."""
+    flags = _flags(**{"data.train": pairs, "data.eval": eval_data, "model.name_or_path": model,
+                      "train.output_dir": output_dir, "train.max_steps": max_steps,
+                      "train.num_train_epochs": epochs, "train.learning_rate": lr,
+                      "train.per_device_train_batch_size": batch_size, "train.seed": seed,
+                      "model.lora.enabled": lora, "watch.on_alarm": on_alarm, "watch.holdout": holdout,
+                      "watch.holdout_verifier": holdout_verifier})
+    cfg = _resolve("reward", recipe, flags, set_, print_config, resume)
+    from rlft.methods import reward as method
+
+    _finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+
+
+@app.command()
 def grpo(
     prompts: Annotated[Optional[list[str]], typer.Option("--prompts", "-d", help="Prompts with gold fields "
                                                          "(answer, label, schema, tests, ...). Repeatable.")] = None,
     verifier: Annotated[Optional[list[str]], typer.Option("--verifier", "-v", help="Reward: NAME, NAME:WEIGHT "
                         "or file.py:function. Repeatable (weighted sum).")] = None,
+    reward_model: Annotated[Optional[str], typer.Option("--reward-model", help="A reward model folder "
+                            "(rlft reward) as a reward; alone unless --verifier is given too.")] = None,
     eval_data: Annotated[Optional[str], typer.Option("--eval-data", help="Held-out rows: greedy pass@1 "
                                                      "after training.")] = None,
     model: Model = None, recipe: Recipe = None, output_dir: OutputDir = None,
@@ -197,7 +223,9 @@ def grpo(
                       "model.lora.enabled": lora, "watch.on_alarm": on_alarm, "watch.holdout": holdout,
                       "watch.holdout_verifier": holdout_verifier, "grpo.verifiers": verifier,
                       "grpo.num_generations": num_generations, "grpo.preflight": preflight,
-                      "grpo.filter_prompts": filter_prompts or None})
+                      "grpo.filter_prompts": filter_prompts or None, "grpo.reward_model": reward_model})
+    if reward_model and not verifier:
+        flags["grpo.verifiers"] = ([], "--reward-model")  # the reward model is the only reward
     cfg = _resolve("grpo", recipe, flags, set_, print_config, resume)
     if dry_run:
         _print_plan(cfg)

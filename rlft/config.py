@@ -106,6 +106,34 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "holdout_max_rows": Field("int", 100, "held-out rows scored per check", minimum=1, rlft_only=True),
         "holdout_max_new_tokens": Field("int", 32, "generation budget of the held-out check", minimum=1,
                                         rlft_only=True),
+        # Alarm thresholds (rlft/alarms.py explains each; the defaults equal its constants).
+        "zero_signal_frac": Field("float", 0.8, "zero-signal alarm: share of GRPO groups with all-equal rewards",
+                                  minimum=0.0, maximum=1.0, rlft_only=True),
+        "zero_signal_logs": Field("int", 3, "zero-signal alarm: logs in a row at or above zero_signal_frac",
+                                  minimum=1, rlft_only=True),
+        "kl_max": Field("float", 1.0, "KL alarm: per-token KL (nats) to the reference", minimum=0.0,
+                        rlft_only=True),
+        "kl_jump": Field("float", 10.0, "KL alarm: jump over the median of the previous logs", minimum=1.0,
+                         rlft_only=True),
+        "entropy_min_ratio": Field("float", 0.1, "entropy alarm: sampling entropy below this share of its "
+                                   "start", minimum=0.0, maximum=1.0, rlft_only=True),
+        "entropy_logs": Field("int", 3, "entropy alarm: logs in a row below entropy_min_ratio", minimum=1,
+                              rlft_only=True),
+        "drift_logs": Field("int", 5, "DPO drift alarm: logs in the window", minimum=2, rlft_only=True),
+        "drift_min_drop": Field("float", 1.0, "DPO drift alarm: fall of the chosen log-prob (nats)",
+                                minimum=0.0, rlft_only=True),
+        "hacking_min_rise": Field("float", 0.3, "reward-hacking alarm: reward rise, in starting reward_std",
+                                  minimum=0.0, rlft_only=True),
+        "hacking_max_heldout_gain": Field("float", 0.02, "hacking alarms: held-out gain that still counts as "
+                                          "flat", rlft_only=True),
+        "length_max_ratio": Field("float", 1.5, "length alarm: growth of the mean completion length",
+                                  minimum=1.0, rlft_only=True),
+        "repetition_min_rise": Field("float", 0.2, "length alarm: rise of the completions' repetition",
+                                     minimum=0.0, maximum=1.0, rlft_only=True),
+        "ignore": Field("list", [], "alarm names to switch off (nan_loss, zero_signal, kl_blowup, "
+                        "entropy_collapse, dpo_drift, reward_hacking, length_hacking)", rlft_only=True),
+        "samples": Field("int", 3, "prompts shown (best and worst completion) at each save/eval", minimum=0,
+                         rlft_only=True),
     },
     "sft": {
         "max_length": Field("int", 1024, "truncate sequences to this many tokens", minimum=1),
@@ -118,6 +146,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "grpo": {
         "verifiers": Field("list", ["math"], "verifier specs: NAME, NAME:WEIGHT, file.py:function",
                            rlft_only=True),
+        "reward_model": Field("str", None, "a reward model folder (rlft reward) scored as one more reward",
+                              rlft_only=True),
         "num_generations": Field("int", 8, "completions per prompt (the group size G)", minimum=2),
         "max_completion_length": Field("int", 256, "generation budget per completion", minimum=1),
         "temperature": Field("float", 1.0, "sampling temperature for rollouts", minimum=0.0),
@@ -133,7 +163,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "heldout_max_new_tokens": Field("int", None, "generation budget for held-out evaluation "
                                         "(default: max_completion_length)", minimum=1, rlft_only=True),
     },
-    "reward": {},
+    "reward": {
+        "max_length": Field("int", 1024, "drop pairs longer than this many tokens", minimum=1),
+    },
     "ppo": {},
 }
 

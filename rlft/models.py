@@ -126,14 +126,15 @@ def torch_dtype(name: str):
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True):
-    """Load a causal LM from `model_cfg` (the config's `model` section); wrap it in LoRA if configured.
+def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True, head: str = "causal"):
+    """Load a causal LM (or, with head="score", a one-output sequence classifier: a reward or value model)
+    from `model_cfg` (the config's `model` section); wrap it in LoRA if configured.
 
     A folder holding a peft adapter loads its base model and the adapter on top. With `load_in_4bit`,
     weights are quantised with bitsandbytes (NF4) and the model is prepared for k-bit training.
     """
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     path = resolve_model_path(model_cfg.name_or_path)
     dtype = torch_dtype(model_cfg.dtype)
@@ -142,8 +143,12 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
     if model_cfg.load_in_4bit:
         kwargs["quantization_config"] = _bnb_config(dtype)
     base = _adapter_base(path)
+    auto = AutoModelForCausalLM
+    if head == "score":
+        auto = AutoModelForSequenceClassification
+        kwargs["num_labels"] = 1
     try:
-        model = AutoModelForCausalLM.from_pretrained(base or path, **kwargs)
+        model = auto.from_pretrained(base or path, **kwargs)
     except OSError as exc:
         raise UserError(f"could not load model '{model_cfg.name_or_path}': {exc}".splitlines()[0],
                         "check the name, or set HF_HUB_OFFLINE=0 and log in for gated models") from exc
@@ -155,15 +160,18 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
         # Merge an earlier stage's adapter into its base: this stage then starts from (and, for DPO/PPO,
         # takes its reference from) the fine-tuned weights, and may add a fresh adapter of its own.
         model = PeftModel.from_pretrained(model, path).merge_and_unload()
+    if head == "score" and model.config.pad_token_id is None:  # the classifier finds the last token by pad id
+        model.config.pad_token_id = model.config.eos_token_id
     if with_lora and model_cfg.lora.enabled:
-        model = apply_lora(model, model_cfg.lora, quantized=model_cfg.load_in_4bit)
+        model = apply_lora(model, model_cfg.lora, quantized=model_cfg.load_in_4bit,
+                           task="SEQ_CLS" if head == "score" else "CAUSAL_LM")
     if not trainable:
         model.eval()
         model.requires_grad_(False)
     return model
 
 
-def apply_lora(model, lora_cfg: Any, quantized: bool = False):
+def apply_lora(model, lora_cfg: Any, quantized: bool = False, task: str = "CAUSAL_LM"):
     """Wrap `model` in a peft LoRA adapter built from the config's `model.lora` section."""
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
@@ -171,7 +179,7 @@ def apply_lora(model, lora_cfg: Any, quantized: bool = False):
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     targets = lora_cfg.target_modules
     config = LoraConfig(r=lora_cfg.r, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
-                        target_modules=targets, task_type="CAUSAL_LM")
+                        target_modules=targets, task_type=task)
     return get_peft_model(model, config)
 
 

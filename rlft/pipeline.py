@@ -1,17 +1,23 @@
 """Multi-stage pipelines over the CLI, with held-out evaluation before and after every stage.
 
-    python -m rlft.pipeline dpo --model tiny --out runs/demo      # SFT, then DPO
+    python -m rlft.pipeline dpo  --model tiny --out runs/demo    # SFT, then DPO
+    python -m rlft.pipeline grpo --model tiny --out runs/demo    # SFT, then GRPO (math verifier)
+    python -m rlft.pipeline rlhf --model tiny --out runs/demo    # SFT, then reward model, then PPO
+    python -m rlft.pipeline demo --out runs/demo                 # all three, sharing the SFT stage
 
-Each stage runs the real `rlft` command in-process (same code path as typing it), and every number in
-the closing table is measured in this run: held-out pass@1 before -> after the stage, and wall time.
+Each stage runs the real `rlft` command in-process (the same code path as typing it). Every number in the
+closing table is measured in this run: held-out pass@1 (greedy, math verifier) before -> after each
+stage, the reward model's held-out pair accuracy, and wall time. The table is also written to
+OUT/pipeline.json and OUT/pipeline.md.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -19,6 +25,17 @@ from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
+
+
+@dataclass
+class Row:
+    stage: str
+    method: str
+    metric: str
+    before: Optional[float]
+    after: Optional[float]
+    wall: float
+    run_dir: str
 
 
 def _rlft(*args: str) -> None:
@@ -32,57 +49,143 @@ def _rlft(*args: str) -> None:
             raise typer.Exit(exc.code if isinstance(exc.code, int) else 1) from exc
 
 
-def _heldout(model: str, heldout: str) -> float:
+def heldout_pass_at_1(model: str, heldout: str) -> float:
+    """Greedy pass@1 of `model` on `heldout` with the math verifier."""
     from rlft.config import Section
     from rlft.data import read_rows
     from rlft.evaluate import evaluate_rows
     from rlft.models import load_model, load_tokenizer
     from rlft.quiet import quiet_libraries
+    from rlft.verifiers import math_reward
 
     quiet_libraries()
     tok = load_tokenizer(model)
     net = load_model(Section(name_or_path=model, dtype="auto", revision=None, trust_remote_code=False,
                              load_in_4bit=False, lora=Section(enabled=False)), trainable=False)
-    return evaluate_rows(net, tok, [r.data for r in read_rows(heldout)]).pass_at_1
+    return evaluate_rows(net, tok, [r.data for r in read_rows(heldout)], scorer=math_reward,
+                         max_new_tokens=8).pass_at_1
+
+
+class Pipeline:
+    """Runs stages in order under one folder, measuring held-out pass@1 around each."""
+
+    def __init__(self, out: str, heldout: str) -> None:
+        self.root = Path(out)
+        self.heldout = heldout
+        self.rows: list[Row] = []
+        self._scores: dict[str, float] = {}
+
+    def score(self, model: str) -> float:
+        if model not in self._scores:
+            self._scores[model] = heldout_pass_at_1(model, self.heldout)
+        return self._scores[model]
+
+    def stage(self, name: str, method: str, model: str, *args: str, reuse: bool = False) -> str:
+        """Run `rlft METHOD --model MODEL ARGS -o OUT/name`; returns the output folder."""
+        out = self.root / name
+        done = out / "summary.json"
+        start = time.time()
+        if not (reuse and done.exists() and json.loads(done.read_text()).get("status") == "completed"):
+            _rlft(method, "--model", model, *args, "-o", str(out), "--overwrite")
+        wall = time.time() - start
+        summary = json.loads(done.read_text())
+        final = summary.get("final_metrics", {})
+        if method == "reward":
+            self.rows.append(Row(name, method, "held-out pair accuracy", None,
+                                 final.get("heldout_pair_accuracy"), wall, str(out)))
+        else:
+            before = self.score(model)
+            self.rows.append(Row(name, method, "held-out pass@1", before, self.score(str(out)), wall, str(out)))
+        return str(out)
+
+    def table(self, title: str) -> None:
+        table = Table(title=title)
+        for col in ("stage", "method", "metric", "before", "after", "wall time"):
+            table.add_column(col, justify="right" if col in ("before", "after", "wall time") else "left")
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        for r in self.rows:
+            table.add_row(r.stage, r.method, r.metric, fmt(r.before), fmt(r.after), f"{r.wall:.0f} s")
+        console.print(table)
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "pipeline.json").write_text(json.dumps([r.__dict__ for r in self.rows], indent=2))
+        lines = ["| stage | method | metric | before | after | wall time |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r.stage} | {r.method} | {r.metric} | {fmt(r.before)} | {fmt(r.after)} | {r.wall:.0f} s |"
+                  for r in self.rows]
+        (self.root / "pipeline.md").write_text(f"# {title}\n\n" + "\n".join(lines) + "\n")
+        console.print(f"table: {self.root / 'pipeline.md'}; run reports: {self.root}/*/report/")
+
+
+Model = Annotated[str, typer.Option(help="Starting model (local folder, hub id or tiny).")]
+Out = Annotated[str, typer.Option(help="Folder for the stage runs.")]
+Heldout = Annotated[str, typer.Option(help="Held-out prompt + answer rows.")]
+SftData = Annotated[str, typer.Option(help="SFT demonstrations.")]
+SftRecipe = Annotated[str, typer.Option(help="SFT recipe.")]
+
+
+def _sft(p: Pipeline, model: str, data: str, recipe: str) -> str:
+    return p.stage("sft", "sft", model, "--recipe", recipe, "--data", data, reuse=True)
+
+
+def _dpo(p: Pipeline, start: str, pairs: str) -> None:
+    p.stage("dpo", "dpo", start, "--recipe", "recipes/dpo_tiny.yaml", "--pairs", pairs)
+
+
+def _grpo(p: Pipeline, start: str, prompts: str) -> None:
+    p.stage("grpo", "grpo", start, "--recipe", "recipes/grpo_math_tiny.yaml", "--prompts", prompts,
+            "--eval-data", p.heldout)
+
+
+def _rlhf(p: Pipeline, start: str, pairs: str, prompts: str) -> None:
+    rm = p.stage("reward", "reward", start, "--recipe", "recipes/reward_tiny.yaml", "--pairs", pairs)
+    p.stage("ppo", "ppo", start, "--recipe", "recipes/ppo_tiny.yaml", "--prompts", prompts, "--reward-model", rm)
 
 
 @app.command()
-def dpo(
-    model: Annotated[str, typer.Option(help="Starting model (local folder, hub id or tiny).")] = "tiny",
-    sft_data: Annotated[str, typer.Option(help="SFT demonstrations.")] = "data/arith/sft_train.jsonl",
-    pairs: Annotated[str, typer.Option(help="DPO preference pairs.")] = "data/arith/pairs_train.jsonl",
-    heldout: Annotated[str, typer.Option(help="Held-out verifiable rows (prompt + answer).")] = "data/arith/test.jsonl",
-    out: Annotated[str, typer.Option(help="Folder for the stage runs.")] = "runs/demo",
-    sft_recipe: Annotated[str, typer.Option(help="SFT recipe.")] = "recipes/sft_tiny.yaml",
-    dpo_recipe: Annotated[str, typer.Option(help="DPO recipe.")] = "recipes/dpo_tiny.yaml",
-) -> None:
-    """SFT, then DPO from the SFT'd model; prints held-out pass@1 before -> after each stage."""
-    root = Path(out)
-    rows = []
-    before = _heldout(model, heldout)
-    start = time.time()
-    _rlft("sft", "--recipe", sft_recipe, "--model", model, "--data", sft_data, "-o", str(root / "sft"),
-          "--overwrite")
-    after_sft = _heldout(str(root / "sft"), heldout)
-    rows.append(("1", "sft", before, after_sft, time.time() - start))
-    start = time.time()
-    _rlft("dpo", "--recipe", dpo_recipe, "--model", str(root / "sft"), "--pairs", pairs,
-          "-o", str(root / "dpo"), "--overwrite")
-    after_dpo = _heldout(str(root / "dpo"), heldout)
-    rows.append(("2", "dpo", after_sft, after_dpo, time.time() - start))
-    _print_table(rows, heldout, root)
+def dpo(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
+        sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
+        pairs: Annotated[str, typer.Option(help="Preference pairs.")] = "data/arith/pairs_train.jsonl") -> None:
+    """SFT, then DPO from the SFT'd model."""
+    p = Pipeline(out, heldout)
+    _dpo(p, _sft(p, model, sft_data, sft_recipe), pairs)
+    p.table("pipeline-dpo: SFT then DPO")
 
 
-def _print_table(rows, heldout: str, root: Path) -> None:
-    table = Table(title=f"held-out pass@1 on {heldout}")
-    for col in ("stage", "method", "before", "after", "wall time"):
-        table.add_column(col, justify="right" if col in ("before", "after", "wall time") else "left")
-    for stage, method, before, after, wall in rows:
-        table.add_row(stage, method, f"{before:.3f}", f"{after:.3f}", f"{wall:.0f} s")
-    console.print(table)
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "pipeline.json").write_text(json.dumps(
-        [dict(stage=s, method=m, before=b, after=a, wall_seconds=round(w, 1)) for s, m, b, a, w in rows], indent=2))
+@app.command()
+def grpo(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
+         sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
+         prompts: Annotated[str, typer.Option(help="GRPO prompts + answers.")] = "data/arith/grpo_prompts.jsonl",
+         ) -> None:
+    """SFT, then GRPO with the math verifier."""
+    p = Pipeline(out, heldout)
+    _grpo(p, _sft(p, model, sft_data, sft_recipe), prompts)
+    p.table("pipeline-grpo: SFT then GRPO")
+
+
+@app.command()
+def rlhf(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
+         sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
+         pairs: Annotated[str, typer.Option(help="Pairs for the reward model.")] = "data/arith/pairs_train.jsonl",
+         prompts: Annotated[str, typer.Option(help="PPO prompts.")] = "data/arith/grpo_prompts.jsonl") -> None:
+    """SFT, then a reward model, then PPO against it (held-out accuracy shows any reward hacking)."""
+    p = Pipeline(out, heldout)
+    _rlhf(p, _sft(p, model, sft_data, sft_recipe), pairs, prompts)
+    p.table("pipeline-rlhf: SFT, reward model, PPO")
+
+
+@app.command()
+def demo(out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
+         with_rlhf: Annotated[bool, typer.Option("--rlhf/--no-rlhf", help="Include reward model + PPO.")] = True,
+         ) -> None:
+    """Everything on the tiny model and shipped data: one SFT, then DPO, GRPO and reward model + PPO."""
+    start = time.time()
+    p = Pipeline(out, heldout)
+    _rlft("init-model", "--out", str(Path(out) / "tiny"), "--overwrite")
+    sft = _sft(p, str(Path(out) / "tiny"), "data/arith/sft_train.jsonl", "recipes/sft_tiny_short.yaml")
+    _dpo(p, sft, "data/arith/pairs_train.jsonl")
+    _grpo(p, sft, "data/arith/grpo_prompts.jsonl")
+    if with_rlhf:
+        _rlhf(p, sft, "data/arith/pairs_train.jsonl", "data/arith/grpo_prompts.jsonl")
+    p.table(f"rlft demo on the tiny model ({time.time() - start:.0f} s in all)")
 
 
 if __name__ == "__main__":

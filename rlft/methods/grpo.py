@@ -54,6 +54,30 @@ def validate_gold(rows, specs: list[str]) -> None:
                                   "NAME --data FILE shows how it scores)")
 
 
+def reward_function(cfg: RunConfig):
+    """The run's reward: the verifiers, the reward model, or their sum (weights: NAME:WEIGHT)."""
+    parts = []
+    if cfg.grpo.verifiers:
+        parts.append(load_verifiers(list(cfg.grpo.verifiers))[0])
+    if cfg.grpo.reward_model:
+        from rlft.reward_scoring import RewardModelReward
+
+        parts.append(RewardModelReward(cfg.grpo.reward_model))
+    if len(parts) == 1:
+        return parts[0]
+    return _Sum(parts)
+
+
+class _Sum:
+    def __init__(self, parts):
+        self.parts = parts
+        self.__name__ = "+".join(getattr(p, "__name__", "reward") for p in parts)
+
+    def __call__(self, completions, **kwargs):
+        columns = [p(completions, **kwargs) for p in self.parts]
+        return [sum(0.0 if c[i] is None else c[i] for c in columns) for i in range(len(completions))]
+
+
 def plan(cfg: RunConfig, n_prompts: int) -> dict[str, Any]:
     """What a run will generate: rollouts, a bound on generated tokens, and the SFT comparison."""
     g = cfg.grpo.num_generations
@@ -74,8 +98,14 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> dict[str
     from rlft.preflight import PreflightRefused, probe
 
     specs = list(cfg.grpo.verifiers)
-    reward_fn, _ = load_verifiers(specs)
-    validate_gold(train_rows + eval_rows, specs)
+    if not specs and not cfg.grpo.reward_model:
+        from rlft.errors import UserError
+
+        raise UserError("GRPO needs a reward: no verifier and no reward model given",
+                        "pass --verifier NAME (e.g. math) and/or --reward-model DIR")
+    reward_fn = reward_function(cfg)
+    if specs:
+        validate_gold(train_rows + eval_rows, specs)
     tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
     model = load_model(cfg.model)
     result = None
@@ -120,12 +150,20 @@ def build(cfg: RunConfig, out: Path, train_rows, eval_rows, model=None, tok=None
 
 
 def heldout(cfg: RunConfig, trainer, eval_rows, reward_fn) -> dict[str, float]:
+    """Greedy pass@1 on held-out rows, scored by the verifiers (or, with a reward model as the only reward,
+    by watch.holdout_verifier), plus the training reward's mean on the same completions."""
     from rlft.evaluate import evaluate_rows
 
     budget = cfg.grpo.heldout_max_new_tokens or cfg.grpo.max_completion_length
-    result = evaluate_rows(trainer.model, trainer.processing_class, [r.data for r in eval_rows], scorer=reward_fn,
-                           max_new_tokens=budget)
-    return {"heldout_pass_at_1": result.pass_at_1, "heldout_mean_reward": result.mean_reward}
+    rows = [r.data for r in eval_rows]
+    checker = load_verifiers(list(cfg.grpo.verifiers) or [cfg.watch.holdout_verifier])[0]
+    result = evaluate_rows(trainer.model, trainer.processing_class, rows, scorer=checker, max_new_tokens=budget)
+    out = {"heldout_pass_at_1": result.pass_at_1, "heldout_mean_reward": result.mean_reward}
+    if cfg.grpo.reward_model:
+        scores = reward_fn([s["completion"] for s in result.samples], prompts=[s["prompt"] for s in result.samples],
+                           **{k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"})
+        out["heldout_train_reward"] = sum(scores) / max(len(scores), 1)
+    return out
 
 
 def run(cfg: RunConfig, console: Console | None = None, **kwargs) -> RunResult:

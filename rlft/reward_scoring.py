@@ -1,0 +1,91 @@
+"""One scoring path for reward models: what `rlft reward` trains on is what PPO and GRPO score.
+
+TRL's RewardTrainer builds each training text as prompt + answer and, for plain (non-chat) text, appends
+the eos token; for chat rows it applies the chat template to prompt + answer messages. A reward model
+scored on decoded prompt+completion *without* that eos reads a sequence shape it never saw (on the tiny
+model, pair accuracy fell from 0.81 to 0.46 that way). `reward_input_ids` reproduces the trainer's
+tokenisation exactly (a test compares the two), and every consumer scores through `score`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def reward_input_ids(tok, prompt: Any, completion: Any) -> list[int]:
+    """Token ids of (prompt, completion) exactly as RewardTrainer tokenises a chosen/rejected answer."""
+    if isinstance(prompt, list):  # chat rows: the template renders prompt + answer messages
+        answer = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
+        return list(tok.apply_chat_template(prompt + answer, tokenize=True, return_dict=True)["input_ids"])
+    text = prompt + (completion if isinstance(completion, str) else completion[0]["content"])
+    if not text.endswith(tok.eos_token):
+        text += tok.eos_token
+    return list(tok(text)["input_ids"])
+
+
+def score(model, tok, prompts: Sequence[Any], completions: Sequence[Any], batch_size: int = 64) -> list[float]:
+    """Reward-model scores of completions (one float each), through `reward_input_ids`."""
+    import torch
+
+    device = next(model.parameters()).device
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    out: list[float] = []
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(prompts), batch_size):
+            ids = [reward_input_ids(tok, p, c) for p, c in zip(prompts[start:start + batch_size],
+                                                               completions[start:start + batch_size])]
+            width = max(len(x) for x in ids)
+            input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(ids), width), dtype=torch.long)
+            for i, x in enumerate(ids):  # right padding, as in training; the head reads the last real token
+                input_ids[i, : len(x)] = torch.tensor(x)
+                mask[i, : len(x)] = 1
+            with torch.no_grad():
+                logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).logits
+            out += logits[:, 0].float().tolist()
+    finally:
+        if was_training:
+            model.train()
+    return out
+
+
+def pair_accuracy(model, tok, rows: Sequence[dict]) -> float:
+    """Share of preference rows where the reward model scores chosen above rejected."""
+    prompts = [r["prompt"] for r in rows]
+    chosen = score(model, tok, prompts, [r["chosen"] for r in rows])
+    rejected = score(model, tok, prompts, [r["rejected"] for r in rows])
+    return sum(c > r for c, r in zip(chosen, rejected)) / max(len(rows), 1)
+
+
+class RewardModelReward:
+    """A reward model as a TRL-style reward function, `(completions, prompts=..., **_) -> list[float]`.
+
+    Usable as a GRPO reward (`rlft grpo --reward-model DIR`) and by rlft's PPO. The model is loaded once
+    on first use.
+    """
+
+    def __init__(self, path: str):
+        self.path = str(path)
+        self.__name__ = "reward_model"
+        self._model = None
+        self._tok = None
+
+    def load(self):
+        if self._model is None:
+            from rlft.models import load_tokenizer, resolve_model_path
+            from transformers import AutoModelForSequenceClassification
+
+            path = resolve_model_path(self.path)
+            self._tok = load_tokenizer(path)
+            self._model = AutoModelForSequenceClassification.from_pretrained(path)
+            self._model.requires_grad_(False)
+            self._model.eval()
+        return self._model, self._tok
+
+    def __call__(self, completions: list, prompts: list | None = None, **_: Any) -> list[float]:
+        model, tok = self.load()
+        if prompts is None:
+            raise ValueError("a reward model needs the prompts it scores completions for")
+        return score(model, tok, prompts, completions)

@@ -1,0 +1,66 @@
+"""Reward model: trained through TRL's RewardTrainer and scored through the one path PPO/GRPO use."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import DATA, write_jsonl
+from rlft.config import resolve
+from rlft.data import read_rows
+
+
+@pytest.mark.parametrize("pairs", ["arith/pairs_train.jsonl", "support/pairs_chat.jsonl"])
+def test_scoring_path_tokenizes_exactly_like_reward_trainer(tmp_path, tiny_dir, pairs):
+    """What the reward model is trained on (RewardTrainer's own tokenisation, eos appended for plain
+    text) must equal what `rlft.reward_scoring` feeds it when PPO or GRPO score a completion."""
+    from rlft.methods.reward import build
+    from rlft.reward_scoring import reward_input_ids
+
+    rows = read_rows(str(DATA / pairs))[:20]
+    cfg = resolve("reward", None, {}, ["train.output_dir=" + str(tmp_path), "reward.max_length=1024"])
+    trainer = build(cfg, tmp_path, rows, [])
+    tok = trainer.processing_class
+    for i, row in enumerate(rows):
+        d = row.data
+        example = trainer.train_dataset[i]
+        assert reward_input_ids(tok, d["prompt"], d["chosen"]) == example["chosen_ids"]
+        assert reward_input_ids(tok, d["prompt"], d["rejected"]) == example["rejected_ids"]
+    if pairs.startswith("arith"):
+        assert trainer.train_dataset[0]["chosen_ids"][-1] == tok.eos_token_id  # the eos the trainer appends
+
+
+def test_reward_trains_and_reports_pair_accuracy(cli, tmp_path, sft_short):
+    out = tmp_path / "rm"
+    # 64 pairs seen 20 times: the Bradley-Terry loss must separate them (held-out accuracy is reported;
+    # judging sums from 2,000 pairs is beyond this 0.5M-parameter model, see the issue note).
+    r = cli("reward", "--pairs", DATA / "arith/pairs_train.jsonl", "--eval-data", DATA / "arith/pairs_eval.jsonl",
+            "--model", sft_short, "-o", out, "--max-steps", "40", "--lr", "1e-3", "--batch-size", "32",
+            "--set", "data.max_rows=64", "--set", "reward.max_length=32", "--set", "train.logging_steps=10")
+    assert r.code == 0, r.text
+    final = json.loads((out / "summary.json").read_text())["final_metrics"]
+    assert "train pair accuracy" in r.err and "heldout pair accuracy" in r.err
+    assert final["train_pair_accuracy"] > 0.9, final
+    assert 0.0 <= final["heldout_pair_accuracy"] <= 1.0
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    accuracies = [m["accuracy"] for m in logged if "accuracy" in m]
+    assert accuracies[-1] > accuracies[0] + 0.1, accuracies
+    from transformers import AutoModelForSequenceClassification
+
+    assert AutoModelForSequenceClassification.from_pretrained(out).config.num_labels == 1
+
+    # Scored as a GRPO/PPO reward (the same path): chosen beats rejected on the pairs it learned.
+    from rlft.reward_scoring import RewardModelReward
+
+    rm = RewardModelReward(str(out))
+    rows = [json.loads(line) for line in (DATA / "arith/pairs_train.jsonl").read_text().splitlines()][:64]
+    good = rm([r["chosen"] for r in rows], prompts=[r["prompt"] for r in rows])
+    bad = rm([r["rejected"] for r in rows], prompts=[r["prompt"] for r in rows])
+    assert sum(g > b for g, b in zip(good, bad)) / 64 == final["train_pair_accuracy"]
+
+
+def test_reward_rejects_rows_without_rejected(cli, tmp_path):
+    bad = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "1+1=", "chosen": "2"}])
+    r = cli("reward", "--pairs", bad, "-o", tmp_path / "o")
+    assert r.code == 2 and "p.jsonl:1: field 'rejected': missing" in r.err
