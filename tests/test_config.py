@@ -90,3 +90,13 @@ def test_every_shipped_recipe_validates(recipe):
 def test_set_one_entry_of_a_mapping_field():
     cfg = resolve("sft", None, {}, ["data.fields.prompt=question", "data.fields.completion=solution"])
     assert cfg.data.fields == {"prompt": "question", "completion": "solution"}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "recipes/accelerate").glob("*.yaml")), ids=lambda p: p.name)
+def test_accelerate_configs_parse(path):
+    """Each accelerate config loads with accelerate's own loader and names the `-m rlft` launch."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(path))
+    assert config.distributed_type in ("MULTI_GPU", "DEEPSPEED", "FSDP")
+    assert "-m rlft" in path.read_text().splitlines()[1]
