@@ -330,10 +330,14 @@ def eval_(
 
 from rlft.commands.choose import choose  # noqa: E402  (light modules: typer only at import)
 from rlft.commands.data import data_app  # noqa: E402
+from rlft.commands.ppo import ppo  # noqa: E402
+from rlft.commands.report import report  # noqa: E402
 from rlft.commands.verify import verify  # noqa: E402
 
 app.command("choose")(choose)
 app.command("verify")(verify)
+app.command("ppo")(ppo)
+app.command("report")(report)
 app.add_typer(data_app, name="data", help="Inspect data files: lint.")
 
 

@@ -122,7 +122,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "drift_logs": Field("int", 5, "DPO drift alarm: logs in the window", minimum=2, rlft_only=True),
         "drift_min_drop": Field("float", 1.0, "DPO drift alarm: fall of the chosen log-prob (nats)",
                                 minimum=0.0, rlft_only=True),
-        "hacking_min_rise": Field("float", 0.3, "reward-hacking alarm: reward rise, in starting reward_std",
+        "hacking_min_rise": Field("float", 0.4, "reward-hacking alarm: reward rise, in starting reward_std",
                                   minimum=0.0, rlft_only=True),
         "hacking_max_heldout_gain": Field("float", 0.02, "hacking alarms: held-out gain that still counts as "
                                           "flat", rlft_only=True),
@@ -166,7 +166,39 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "reward": {
         "max_length": Field("int", 1024, "drop pairs longer than this many tokens", minimum=1),
     },
-    "ppo": {},
+    # rlft's own PPO (rlft/methods/ppo.py): no TRL config behind it, so every field is listed here. Names and
+    # defaults follow the old TRL PPOConfig where it had the knob; the batch is train.per_device_train_batch_size
+    # prompts per process, one response each.
+    "ppo": {
+        "verifiers": Field("list", [], "reward: verifier specs (NAME, NAME:WEIGHT, file.py:function)"),
+        "reward_model": Field("str", None, "reward: a reward model folder (rlft reward); summed with verifiers"),
+        "kl_coef": Field("float", 0.05, "beta of the per-token KL penalty: R' = R - beta * log(pi/pi_ref)",
+                         minimum=0.0),
+        "kl_estimator": Field("str", "k1", "per-token KL estimate: k1 = log(pi/pi_ref), k3 = r - 1 - log r",
+                              choices=("k1", "k3")),
+        "cliprange": Field("float", 0.2, "policy ratio clip: ratio kept in [1 - c, 1 + c] (the PPO paper's 0.2)",
+                           minimum=0.0),
+        "cliprange_value": Field("float", 0.2, "value clip: new values kept within +- c of the rollout's",
+                                 minimum=0.0),
+        "vf_coef": Field("float", 0.1, "weight of the value loss in the total loss", minimum=0.0),
+        "gamma": Field("float", 1.0, "discount per token (1.0: no discount within a response)", minimum=0.0,
+                       maximum=1.0),
+        "lam": Field("float", 0.95, "GAE lambda (bias/variance trade-off of the advantages)", minimum=0.0,
+                     maximum=1.0),
+        "num_ppo_epochs": Field("int", 4, "passes over each rollout batch", minimum=1),
+        "num_mini_batches": Field("int", 1, "minibatches (optimizer steps) per pass", minimum=1),
+        "response_length": Field("int", 64, "generation budget per response (tokens)", minimum=1),
+        "temperature": Field("float", 1.0, "sampling temperature of the rollouts (> 0)", minimum=0.0),
+        "missing_eos_penalty": Field("float", 1.0, "subtracted from the score of a response that never emits "
+                                     "eos (0: no penalty)"),
+        "whiten_rewards": Field("bool", False, "rescale per-token rewards to unit variance before GAE"),
+        "forward_batch_size": Field("int", 64, "rows per generation / reference / value pass in the rollout",
+                                    minimum=1),
+        "max_memory_gb": Field("float", None, "refuse the run when the 4 networks' estimated memory exceeds "
+                               "this (GB)", minimum=0.0),
+        "heldout_max_new_tokens": Field("int", None, "generation budget of the held-out check (default: "
+                                        "response_length)", minimum=1),
+    },
 }
 
 

@@ -27,7 +27,7 @@ TINY_SHAPE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, n
 CHATML_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}<|im_end|>{% endgeneration %}"
-    "{% else %}{{ m['content'] }}<|im_end|>{% endif %}\n"
+    "{% else %}{{ m['content'] }}<|im_end|>{% endif %}{{ '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -70,7 +70,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
 
 def tiny_path() -> Path:
     """The cached build of `tiny`, built on first use (a second or two)."""
-    path = cache_dir() / "tiny-llama-char-v2"
+    path = cache_dir() / "tiny-llama-char-v3"
     if not (path / "config.json").exists():
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         build_tiny_model(tmp)

@@ -1,24 +1,52 @@
-"""Training callbacks shared by every method: metrics log, live progress, clean stop on signals.
+"""Training callbacks shared by every method: metrics log, live progress, alarms, samples, held-out check.
 
-`RunCallback` is a transformers `TrainerCallback`; rlft's own PPO loop calls the same hooks. It writes
-metrics.jsonl at every logging step, drives a rich progress bar (step / total, loss or reward, ETA), and
-turns a SIGINT/SIGTERM caught by `rlft.run.Interrupt` into "save a checkpoint, then stop".
+`RunCallback` is a transformers `TrainerCallback`; rlft's own PPO loop calls the same hooks. It
+  - writes metrics.jsonl at every logging step and drives a rich progress line (step / total, loss or
+    reward, KL, entropy, held-out score, and the alarm state);
+  - runs the alarm rules of `rlft.alarms` on the logged history at every log; a rule that fires is
+    printed (message, evidence, fix) and appended to alarms.jsonl, once per rule per run; with
+    `watch.on_alarm: stop` it also asks the trainer to save a checkpoint and stop (`stopped_by`);
+  - with `watch.holdout` set, scores the model greedily on up to holdout_max_rows held-out rows with
+    holdout_verifier at the start, every holdout_every steps and at the last step, and logs
+    `heldout/pass_at_1` (the reward-hacking alarm compares it with the training reward);
+  - at every save and eval (and at the end) writes a few samples to samples.jsonl and prints them: for
+    GRPO, the real rollouts of the latest step with their rewards, captured by wrapping the trainer's
+    reward functions (`attach`); otherwise, the latest held-out check's completions and scores. Per
+    prompt, the best and the worst completion, for up to watch.samples prompts;
+  - turns a SIGINT/SIGTERM caught by `rlft.run.Interrupt` into "save a checkpoint, then stop".
+The logic lives in `Watcher` (no transformers), so it can be driven by any training loop.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
+from rlft.alarms import Alarm, Thresholds, check, repetition
 from rlft.run import Interrupt
 
 # The keys shown on the progress line, in order, when the trainer logs them.
-SHOWN = ("loss", "reward", "rewards/accuracies", "rewards/margins", "kl", "entropy", "eval_loss")
+SHOWN = ("loss", "reward", "rewards/accuracies", "rewards/margins", "kl", "entropy", "eval_loss",
+         "heldout/pass_at_1")
+LABELS = {"rewards/accuracies": "acc", "rewards/margins": "margin", "heldout/pass_at_1": "heldout"}
+ALARMS_FILE = "alarms.jsonl"
+STOPPED_EXIT_CODE = 4  # a run ended by an alarm under watch.on_alarm=stop (2: user error, 3: refused)
+SAMPLES_FILE = "samples.jsonl"
 
 
 def progress_bar(console: Console) -> Progress:
@@ -38,31 +66,346 @@ def clean_logs(logs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# --------------------------------------------------------------------------- setup (before the run folder)
+
+
+@dataclass
+class Holdout:
+    """The held-out check: rows with gold fields, the verifier's reward function, and when to run."""
+
+    rows: list[dict]
+    scorer: Callable
+    verifier: str
+    every: int
+    max_new_tokens: int
+
+
+@dataclass
+class WatchSetup:
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    on_alarm: str = "warn"
+    holdout: Holdout | None = None
+    samples: int = 3
+
+
+def prepare_watch(cfg) -> WatchSetup:
+    """Read and validate the `watch` section: thresholds, alarm names, the held-out file and its gold.
+    Called before the run folder is touched, so a bad holdout file leaves nothing behind."""
+    watch = dict(cfg.values.get("watch") or {}) if cfg is not None else {}
+    setup = WatchSetup(Thresholds.from_watch(watch), watch.get("on_alarm") or "warn",
+                       samples=int(watch.get("samples", 3) if watch.get("samples") is not None else 3))
+    if watch.get("holdout"):
+        from rlft.data import read_rows
+        from rlft.methods.grpo import load_verifiers, validate_gold
+
+        spec = watch.get("holdout_verifier") or "math"
+        rows = read_rows(watch["holdout"], max_rows=watch.get("holdout_max_rows") or 100)
+        validate_gold(rows, [spec])
+        scorer, _ = load_verifiers([spec])
+        setup.holdout = Holdout([r.data for r in rows], scorer, spec, int(watch.get("holdout_every") or 50),
+                                int(watch.get("holdout_max_new_tokens") or 32))
+    return setup
+
+
+# --------------------------------------------------------------------------- rollouts (GRPO)
+
+
+def _text(x: Any) -> str:
+    """A prompt or completion as text: strings as is, a message list as its last message's content."""
+    if isinstance(x, list) and x and isinstance(x[-1], dict):
+        return str(x[-1].get("content", ""))
+    return "" if x is None else str(x)
+
+
+class RolloutRecorder:
+    """Wraps GRPO reward functions to keep the latest batch of (prompt, completion, reward) and the
+    repetition of the completions since the last log. The wrapped function returns exactly what the
+    original returns; only plain callables are wrapped (reward models as nn.Module are left alone)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[int, tuple[list[str], list[str], list[float | None]]] = {}
+        self.weights: dict[int, float] = {}
+        self.pending_repetition: list[float] = []
+
+    def wrap(self, fn: Callable, index: int = 0, weight: float = 1.0) -> Callable:
+        recorder = self
+
+        def wrapped(*args, prompts=None, completions=None, **kwargs):
+            rewards = fn(*args, prompts=prompts, completions=completions, **kwargs)
+            recorder.record(index, prompts or [], completions or [], list(rewards))
+            return rewards
+
+        wrapped.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        wrapped.__qualname__ = wrapped.__name__
+        wrapped.__wrapped__ = fn
+        self.weights[index] = weight
+        return wrapped
+
+    def record(self, index: int, prompts: list, completions: list, rewards: list) -> None:
+        texts = [_text(c) for c in completions]
+        self.calls[index] = ([_text(p) for p in prompts], texts, rewards)
+        if index == min(self.weights):
+            self.pending_repetition += [repetition(t) for t in texts]
+
+    def take_repetition(self) -> float | None:
+        if not self.pending_repetition:
+            return None
+        out = sum(self.pending_repetition) / len(self.pending_repetition)
+        self.pending_repetition = []
+        return out
+
+    def latest(self) -> list[dict]:
+        """The latest batch as rows {prompt, completion, reward}, rewards summed with the trainer's weights
+        (a reward function that returned None for a row does not count for it, as in TRL)."""
+        if not self.calls:
+            return []
+        first = self.calls[min(self.calls)]
+        rows = []
+        for i, (prompt, completion) in enumerate(zip(first[0], first[1])):
+            total, seen = 0.0, False
+            for j, (_, comps, rewards) in self.calls.items():
+                r = rewards[i] if i < len(rewards) and len(comps) == len(first[1]) else None
+                if r is not None and not (isinstance(r, float) and math.isnan(r)):
+                    total += self.weights.get(j, 1.0) * float(r)
+                    seen = True
+            rows.append({"prompt": prompt, "completion": completion, "reward": total if seen else None})
+        return rows
+
+
+def best_and_worst(rows: list[dict], prompts: int) -> list[dict]:
+    """Group rows by prompt; per prompt the best and the worst completion. Up to `prompts` groups: those
+    with the highest best reward first (the step's top-reward completion is where a gamed reward shows),
+    mixed groups before uniform ones on ties, and the group holding the step's worst completion last."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("reward") is not None:
+            groups.setdefault(r["prompt"], []).append(r)
+    out = []
+    for prompt, group in groups.items():
+        ordered = sorted(group, key=lambda r: r["reward"], reverse=True)
+        best, worst = ordered[0], ordered[-1]
+        out.append({"prompt": prompt, "n": len(group),
+                    "best": {"completion": best["completion"], "reward": round(best["reward"], 4)},
+                    "worst": {"completion": worst["completion"], "reward": round(worst["reward"], 4)}})
+    out.sort(key=lambda g: (g["best"]["reward"], g["best"]["reward"] - g["worst"]["reward"]), reverse=True)
+    if len(out) <= prompts or prompts < 2:
+        return out[:prompts]
+    head = out[:prompts - 1]
+    worst = min(out[prompts - 1:], key=lambda g: g["worst"]["reward"])
+    return head + [worst]
+
+
+def best_and_worst_rows(rows: list[dict], k: int) -> list[dict]:
+    """One completion per prompt (the held-out check): the ceil(k/2) best-scored rows and the floor(k/2)
+    worst, in the same item shape as `best_and_worst` (n = 1, best == worst)."""
+    scored = sorted((r for r in rows if r.get("reward") is not None), key=lambda r: r["reward"], reverse=True)
+    top = (k + 1) // 2
+    rest = scored[top:]
+    picked = scored[:top] + rest[max(0, len(rest) - (k - top)):]
+    return [{"prompt": r["prompt"], "n": 1, "best": {"completion": r["completion"], "reward": round(r["reward"], 4)},
+             "worst": {"completion": r["completion"], "reward": round(r["reward"], 4)}} for r in picked]
+
+
+def _short(text: str, n: int = 60) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+# --------------------------------------------------------------------------- the watcher
+
+
+class Watcher:
+    """One run's watch, free of transformers: the logged history, alarms, samples and held-out scores.
+
+    `log(record)` appends a metrics record (metrics.jsonl + history) and returns the alarms it newly
+    fired; `stopped_by` is the first alarm that asked for a stop (with on_alarm=stop)."""
+
+    def __init__(self, out: Path, console: Console, setup: WatchSetup | None = None) -> None:
+        self.out = Path(out)
+        self.console = console
+        self.setup = setup or WatchSetup()
+        # On --resume the folder already has the earlier part of the run: the rules see all of it, and
+        # alarms already raised are not raised again.
+        self.history: list[dict] = read_jsonl(self.out / "metrics.jsonl")
+        self.fired: list[dict] = read_jsonl(self.out / ALARMS_FILE)
+        self.metrics = open(self.out / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 - open for the run
+        self.stopped_by: Alarm | None = None
+        self.recorder: RolloutRecorder | None = None
+        self.last_heldout: list[dict] = []
+        self.last_samples_step: int | None = None
+        self.main = True  # only the main process writes and prints (every process runs the rules alike)
+
+    @property
+    def alarm_names(self) -> list[str]:
+        return [a["name"] for a in self.fired]
+
+    def log(self, record: dict[str, Any]) -> list[Alarm]:
+        if self.recorder is not None and "reward" in record:
+            rep = self.recorder.take_repetition()
+            if rep is not None:
+                record["completions/repetition"] = round(rep, 4)
+        if self.main:
+            self.metrics.write(json.dumps(record) + "\n")
+        self.history.append(record)
+        new = check(self.history, self.setup.thresholds, skip=set(self.alarm_names))
+        for alarm in new:
+            self.raise_alarm(alarm)
+        return new
+
+    def raise_alarm(self, alarm: Alarm) -> None:
+        if alarm.name in ("reward_hacking", "length_hacking") and self.recorder and self.recorder.calls:
+            top = best_and_worst(self.recorder.latest(), 1)
+            if top:
+                alarm.evidence["top_reward_sample"] = {"prompt": top[0]["prompt"], **top[0]["best"]}
+        stop = self.setup.on_alarm == "stop" and self.stopped_by is None
+        entry = {**alarm.as_dict(), "action": "stop" if stop else "warn"}
+        self.fired.append(entry)
+        if stop:
+            self.stopped_by = alarm
+        if not self.main:
+            return
+        with open(self.out / ALARMS_FILE, "a") as f:
+            f.write(json.dumps(entry, default=str) + "\n")
+        self.console.print(f"[bold red]ALARM {alarm.name}[/] at step {alarm.step}: {escape(alarm.message)}",
+                           highlight=False, soft_wrap=True)
+        sample = alarm.evidence.get("top_reward_sample")
+        if sample:
+            self.console.print(f"  top-reward sample: {escape(_short(sample['prompt'], 40))!r} -> "
+                               f"{escape(_short(sample['completion']))!r} (reward {sample['reward']:.3g})",
+                               highlight=False, soft_wrap=True)
+        self.console.print(f"  [bold]fix:[/] {escape(alarm.fix)}"
+                           + ("  [red](stopping: checkpoint saved)[/]" if stop else ""),
+                           highlight=False, soft_wrap=True)
+
+    def heldout(self, model, tok, step: int, epoch: float = 0.0) -> dict[str, Any]:
+        """Greedy pass@1 on the held-out rows, logged as heldout/pass_at_1 (and checked by the alarms)."""
+        from rlft.evaluate import evaluate_rows
+
+        h = self.setup.holdout
+        result = evaluate_rows(model, tok, h.rows, scorer=h.scorer, max_new_tokens=h.max_new_tokens)
+        self.last_heldout = result.samples
+        record = {"step": step, "epoch": round(epoch, 4), "heldout/pass_at_1": round(result.pass_at_1, 4),
+                  "heldout/mean_reward": round(result.mean_reward, 4), "heldout/n": result.n}
+        self.log(record)
+        return record
+
+    def samples(self, step: int, show: bool = True) -> dict[str, Any] | None:
+        """Best and worst completions of the latest rollouts (GRPO) or held-out check, to samples.jsonl."""
+        if self.setup.samples <= 0:
+            return None
+        if self.recorder is not None and self.recorder.calls:
+            groups, source = best_and_worst(self.recorder.latest(), self.setup.samples), "rollouts"
+        elif self.last_heldout:
+            groups = best_and_worst_rows(self.last_heldout, self.setup.samples)
+            source = f"heldout ({self.setup.holdout.verifier})"
+        else:
+            return None
+        if not groups:
+            return None
+        entry = {"step": step, "source": source, "samples": groups}
+        self.last_samples_step = step
+        if not self.main:
+            return entry
+        with open(self.out / SAMPLES_FILE, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+        if show:
+            per = "best | worst per prompt" if source == "rollouts" else "best and worst scored"
+            self.console.print(f"[bold]samples[/] at step {step} ({source}): {per}", highlight=False)
+            for g in groups:
+                if g["n"] == 1:
+                    self.console.print(f"  {escape(_short(g['prompt'], 40))!r} -> "
+                                       f"{escape(_short(g['best']['completion']))!r}  reward {g['best']['reward']:.3g}",
+                                       highlight=False, soft_wrap=True)
+                    continue
+                self.console.print(f"  {escape(_short(g['prompt'], 40))!r}  best {g['best']['reward']:.3g} "
+                                   f"{escape(_short(g['best']['completion']))!r}  |  worst "
+                                   f"{g['worst']['reward']:.3g} {escape(_short(g['worst']['completion']))!r}",
+                                   highlight=False, soft_wrap=True)
+        return entry
+
+    def close(self) -> None:
+        if not self.metrics.closed:
+            self.metrics.close()
+
+
+def alarm_state(names: list[str]) -> str:
+    """The alarm part of the progress line."""
+    if not names:
+        return "[green]ok[/]"
+    return "[bold red]ALARM " + ",".join(names) + "[/]"
+
+
+# --------------------------------------------------------------------------- the transformers callback
+
+
 def _callback_base():
     from transformers import TrainerCallback
 
     return TrainerCallback
 
 
-def make_run_callback(out: Path, interrupt: Interrupt, console: Console, label: str):
-    """Build the callback (the class is created here so transformers is imported only when training)."""
+def make_run_callback(out: Path, interrupt: Interrupt, console: Console, label: str, cfg=None,
+                      watch: WatchSetup | None = None):
+    """Build the callback (the class is created here so transformers is imported only when training).
+
+    `watch` comes from `prepare_watch(cfg)`; with only `cfg`, it is prepared here; with neither, the
+    defaults (alarms that warn, no held-out check)."""
+    setup = watch or (prepare_watch(cfg) if cfg is not None else WatchSetup())
 
     class RunCallback(_callback_base()):
         def __init__(self) -> None:
             self.progress: Progress | None = None
             self.task = None
-            self.metrics = open(out / "metrics.jsonl", "a", buffering=1)
+            self.watcher = Watcher(out, console, setup)
             self.last: dict[str, Any] = {}
+            self.shown: dict[str, float] = {}
+            self.max_steps = 0
 
+        @property
+        def stopped_by(self) -> Alarm | None:
+            return self.watcher.stopped_by
+
+        @property
+        def alarms(self) -> list[dict]:
+            return self.watcher.fired
+
+        def attach(self, trainer) -> None:
+            """Wrap a GRPO-style trainer's plain reward functions to capture rollouts and their rewards."""
+            funcs = getattr(trainer, "reward_funcs", None)
+            if not funcs:
+                return
+            weights = getattr(trainer, "reward_weights", None)
+            recorder = RolloutRecorder()
+            for i, fn in enumerate(funcs):
+                if callable(fn) and not _is_module(fn) and not _is_async(fn):
+                    w = float(weights[i]) if weights is not None and len(weights) > i else 1.0
+                    funcs[i] = recorder.wrap(fn, i, w)
+            if recorder.weights:
+                self.watcher.recorder = recorder
+
+        # ---- hooks
         def on_train_begin(self, args, state, control, **kwargs):
+            self.max_steps = state.max_steps
+            self.watcher.main = state.is_world_process_zero
             self.progress = progress_bar(console)
             self.progress.start()
             self.task = self.progress.add_task(label, total=state.max_steps, completed=state.global_step,
-                                               stats="")
+                                               stats=alarm_state(self.watcher.alarm_names))
+            if setup.holdout is not None:
+                self._heldout(state, control, kwargs)
 
         def on_step_end(self, args, state, control, **kwargs):
             if self.progress is not None:
                 self.progress.update(self.task, completed=state.global_step)
+            h = setup.holdout
+            if h is not None and (state.global_step % h.every == 0 or state.global_step == state.max_steps):
+                self._heldout(state, control, kwargs)
             if interrupt.signum is not None:
                 control.should_save = True
                 control.should_training_stop = True
@@ -71,22 +414,71 @@ def make_run_callback(out: Path, interrupt: Interrupt, console: Console, label: 
             if not logs:
                 return
             record = {"step": state.global_step, "epoch": round(state.epoch or 0.0, 4), **clean_logs(logs)}
-            self.metrics.write(json.dumps(record) + "\n")
+            self.watcher.log(record)
             self.last.update(record)
-            stats = "  ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in record.items()
-                              if k in SHOWN and isinstance(v, (int, float)))
-            if self.progress is not None and stats:
-                self.progress.update(self.task, stats=stats)
+            self._stop_if_asked(control)
+            self._refresh(record)
+
+        def on_save(self, args, state, control, **kwargs):
+            self._samples(state)
+
+        def on_evaluate(self, args, state, control, **kwargs):
+            self._samples(state)
 
         def on_train_end(self, args, state, control, **kwargs):
+            if self.watcher.last_samples_step != state.global_step:
+                self._samples(state)
             if self.progress is not None:
                 self.progress.update(self.task, completed=state.global_step)
                 self.progress.stop()
-            self.metrics.flush()
+            self.watcher.metrics.flush()
+
+        # ---- helpers
+        def _heldout(self, state, control, kwargs) -> None:
+            model, tok = kwargs.get("model"), kwargs.get("processing_class") or kwargs.get("tokenizer")
+            if model is None or tok is None:
+                return
+            if any(r.get("step") == state.global_step and "heldout/pass_at_1" in r for r in self.watcher.history):
+                return
+            record = self.watcher.heldout(model, tok, state.global_step, state.epoch or 0.0)
+            self._stop_if_asked(control)
+            self._refresh(record)
+
+        def _samples(self, state) -> None:
+            if self.watcher.last_samples_step == state.global_step:
+                return
+            self.watcher.samples(state.global_step)
+
+        def _stop_if_asked(self, control) -> None:
+            if self.watcher.stopped_by is not None:
+                control.should_save = True
+                control.should_training_stop = True
+
+        def _refresh(self, record: dict) -> None:
+            self.shown.update({k: v for k, v in record.items() if k in SHOWN and isinstance(v, (int, float))})
+            stats = "  ".join(f"{LABELS.get(k, k)} {self.shown[k]:.4g}" for k in SHOWN if k in self.shown)
+            if self.progress is not None:
+                self.progress.update(self.task, stats=f"{stats}  {alarm_state(self.watcher.alarm_names)}")
 
         def close(self) -> None:
             if self.progress is not None and self.progress.live.is_started:
                 self.progress.stop()
-            self.metrics.close()
+            self.watcher.close()
 
     return RunCallback()
+
+
+def _is_async(fn: Any) -> bool:
+    """TRL awaits async reward functions; a sync wrapper would hand it a coroutine, so those stay unwrapped."""
+    import inspect
+
+    call = type(fn).__dict__.get("__call__")  # a callable object: is its __call__ a coroutine function?
+    return inspect.iscoroutinefunction(fn) or (call is not None and inspect.iscoroutinefunction(call))
+
+
+def _is_module(obj: Any) -> bool:
+    try:
+        from torch import nn
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, nn.Module)

@@ -75,14 +75,19 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
 
     `prepare(cfg, train_rows, eval_rows)` runs after data validation and before the run folder is
     touched (GRPO's pre-flight lives there: a refused run leaves nothing behind); `after(trainer, out)`
-    returns extra final metrics (held-out scores).
+    returns extra final metrics (held-out scores). The run is watched (rlft.monitor: alarms, samples, the
+    held-out check of `watch`); with `watch.on_alarm: stop` an alarm saves a checkpoint and ends the run
+    as `stopped` (exit code 4). Every run that ends, completed, interrupted or stopped, gets its report.
     """
     from rlft.data import load_split
+    from rlft.monitor import STOPPED_EXIT_CODE, prepare_watch
     from rlft.quiet import quiet_libraries
+    from rlft.report import report_and_print as _report
 
     quiet_libraries()
     console = console or Console(stderr=True)
     train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed)  # validate before writing
+    watch = prepare_watch(cfg)  # thresholds, alarm names, the holdout file: also before writing
     if not resume:  # refuse a busy output_dir before any slow work
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
     if prepare:
@@ -97,21 +102,32 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
     callback = None
     try:
         trainer = build(cfg, out, train_rows, eval_rows)
-        callback = make_run_callback(out, interrupt, console, f"{cfg.method}")
+        callback = make_run_callback(out, interrupt, console, f"{cfg.method}", cfg=cfg, watch=watch)
+        callback.attach(trainer)
         trainer.add_callback(callback)
         _drop_printer(trainer)
         console.print(f"[bold]rlft {cfg.method}[/]: {len(train_rows)} rows -> {out}")
         start = time.time()
         with interrupt.installed():
             result = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
-        callback.close()
+        # the callback stays open: trainer.evaluate() below still logs through it (closed in `finally`)
         state = trainer.state
+        alarms = [a["name"] for a in callback.alarms]
         if interrupt.signum is not None:
             record.finish("interrupted", global_step=state.global_step, signal=interrupt.signum,
-                          checkpoint=str(last_checkpoint(out)))
+                          checkpoint=str(last_checkpoint(out)), alarms=alarms)
             console.print(f"[yellow]interrupted[/] at step {state.global_step}; checkpoint saved. "
                           f"Continue with the same command plus --resume --output-dir {out}")
+            _report(out, console)
             return RunResult("interrupted", out, interrupt.exit_code)
+        if callback.stopped_by is not None:
+            alarm = callback.stopped_by
+            record.finish("stopped", global_step=state.global_step, stopped_by=alarm.as_dict(),
+                          checkpoint=str(last_checkpoint(out)), last_log=callback.last, alarms=alarms)
+            console.print(f"[red]stopped[/] at step {state.global_step} by the {alarm.name} alarm "
+                          f"(watch.on_alarm=stop); checkpoint saved: {last_checkpoint(out)}")
+            _report(out, console)
+            return RunResult("stopped", out, STOPPED_EXIT_CODE)
         trainer.save_model(str(out))
         final = dict(result.metrics)
         if getattr(trainer, "eval_dataset", None) is not None:
@@ -119,7 +135,8 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
         extra = after(trainer, out) if after else {}
         final.update(extra or {})
         record.finish("completed", global_step=state.global_step, train_seconds=round(time.time() - start, 2),
-                      final_metrics=final, last_log=callback.last)
+                      final_metrics=final, last_log=callback.last, alarms=alarms)
+        _report(out, console)
         return RunResult("completed", out, 0, final)
     except KeyboardInterrupt:
         record.finish("interrupted", signal=2)

@@ -1,0 +1,293 @@
+"""`rlft report RUN_DIR`: plots and a markdown summary of one run folder, alarms marked where they fired.
+
+Reads what the run wrote (summary.json, config.yaml, metrics.jsonl, alarms.jsonl, samples.jsonl) and
+writes under RUN_DIR/report/:
+  report.md     method, data, steps, status, the alarms with their evidence and fix, final metrics,
+                sample outputs, and the plots inline
+  <panel>.png   one plot per metric family the run logged: loss, reward, held-out pass@1, KL, entropy,
+                zero-signal groups, DPO log-probs, completion length, repetition. Every alarm is a red
+                dashed line at the step it fired; the logged points that tripped it are red dots.
+  overview.png  all the panels on one page
+Matplotlib draws through `matplotlib.figure.Figure` (the Agg canvas; no pyplot, no display), imported
+only when a report is written, so `rlft --help` never pays for it. The report is a pure function of the
+folder: running it again on a finished run rewrites the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlft.errors import UserError
+
+
+@dataclass(frozen=True)
+class Panel:
+    name: str
+    title: str
+    keys: tuple[str, ...]
+    ylabel: str = ""
+    hline: tuple[float, str] | None = None  # (y, label), e.g. the zero-signal threshold
+
+
+PANELS = (
+    Panel("loss", "Loss", ("loss", "eval_loss")),
+    Panel("reward", "Reward", ("reward", "rewards/chosen", "rewards/rejected", "rewards/margins")),
+    Panel("heldout", "Held-out pass@1 (greedy)", ("heldout/pass_at_1",), "pass@1"),
+    Panel("kl", "KL to the reference", ("kl", "objective/kl"), "nats/token"),
+    Panel("entropy", "Entropy", ("entropy",), "nats/token"),
+    Panel("zero_signal", "GRPO groups with all-equal rewards", ("frac_reward_zero_std",), "share",
+          (0.8, "alarm threshold")),
+    Panel("logps", "DPO log-probs", ("logps/chosen", "logps/rejected"), "nats"),
+    Panel("length", "Completion length", ("completions/mean_length",), "tokens"),
+    Panel("repetition", "Completion repetition", ("completions/repetition",), "share of repeated 4-grams"),
+)
+# Shown in the final-metrics table as first -> last, when logged.
+HEADLINE = ("loss", "eval_loss", "reward", "heldout/pass_at_1", "kl", "entropy", "frac_reward_zero_std",
+            "rewards/accuracies", "rewards/margins", "logps/chosen", "mean_token_accuracy",
+            "completions/mean_length")
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a killed run
+                continue
+    return out
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
+def series(history: list[dict], key: str) -> list[tuple[int, float]]:
+    """(step, value) of the finite values logged under `key`."""
+    out = []
+    for r in history:
+        v = _num(r.get(key))
+        if v is not None and math.isfinite(v):
+            out.append((int(r.get("step", 0)), v))
+    return out
+
+
+def load_run(run_dir: Path) -> dict[str, Any]:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run folder '{run_dir}' does not exist", "pass the --output-dir of a training run")
+    if not any((run_dir / f).exists() for f in ("summary.json", "metrics.jsonl", "config.yaml")):
+        raise UserError(f"'{run_dir}' is not an rlft run folder (no summary.json, config.yaml or metrics.jsonl)",
+                        "pass the --output-dir of a training run")
+    import yaml
+
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").exists() else {}
+    return {"dir": run_dir, "summary": summary, "config": config or {},
+            "history": _read_jsonl(run_dir / "metrics.jsonl"), "alarms": _read_jsonl(run_dir / "alarms.jsonl"),
+            "samples": _read_jsonl(run_dir / "samples.jsonl"),
+            "preflight": json.loads((run_dir / "preflight.json").read_text())
+            if (run_dir / "preflight.json").exists() else None}
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _draw(ax, panel: Panel, history: list[dict], alarms: list[dict], hline: float | None = None) -> None:
+    for key in panel.keys:
+        pts = series(history, key)
+        if pts:
+            style = "o-" if len(pts) <= 30 else "-"
+            ax.plot([s for s, _ in pts], [v for _, v in pts], style, markersize=3, linewidth=1.4, label=key)
+    if panel.hline:
+        y = panel.hline[0] if hline is None else hline
+        ax.axhline(y, color="grey", linestyle=":", linewidth=1, label=f"{panel.hline[1]} {y:g}")
+    by_step: dict[int, list[str]] = {}
+    for alarm in alarms:
+        by_step.setdefault(int(alarm["step"]), []).append(alarm["name"])
+    for i, (step, names) in enumerate(sorted(by_step.items())):
+        ax.axvline(step, color="red", linestyle="--", linewidth=1.2, alpha=0.8, label="alarm" if i == 0 else None)
+        ax.annotate("\n".join(names), xy=(step, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -4),
+                    textcoords="offset points", color="red", fontsize=8, va="top")
+    for alarm in alarms:
+        ev = alarm.get("evidence") or {}
+        steps = ev.get("steps") or []
+        for key in panel.keys:
+            vals = ev.get(key)
+            if isinstance(vals, list) and len(vals) == len(steps):
+                xy = [(s, _num(v)) for s, v in zip(steps, vals) if _num(v) is not None and math.isfinite(_num(v))]
+                ax.scatter([s for s, _ in xy], [v for _, v in xy], color="red", s=28, zorder=5)
+    ax.set_title(panel.title, fontsize=10)
+    ax.set_xlabel("step", fontsize=8)
+    if panel.ylabel:
+        ax.set_ylabel(panel.ylabel, fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+
+
+def plot_panels(history: list[dict], alarms: list[dict], out: Path,
+                hlines: dict[str, float] | None = None) -> list[tuple[Panel, Path]]:
+    """One PNG per panel with data, plus overview.png; returns the panels written, in order. `hlines`
+    overrides a panel's reference line (the run's own zero-signal threshold)."""
+    from matplotlib.figure import Figure
+
+    hlines = hlines or {}
+    present = [p for p in PANELS if any(series(history, k) for k in p.keys)]
+    written = []
+    for panel in present:
+        fig = Figure(figsize=(6.4, 3.4), dpi=110, layout="constrained")
+        _draw(fig.add_subplot(), panel, history, alarms, hlines.get(panel.name))
+        path = out / f"{panel.name}.png"
+        fig.savefig(path)
+        written.append((panel, path))
+    if present:
+        cols = 2 if len(present) > 1 else 1
+        rows = math.ceil(len(present) / cols)
+        fig = Figure(figsize=(6.4 * cols, 3.2 * rows), dpi=90, layout="constrained")
+        for i, panel in enumerate(present):
+            _draw(fig.add_subplot(rows, cols, i + 1), panel, history, alarms, hlines.get(panel.name))
+        fig.savefig(out / "overview.png")
+    return written
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _cell(text: Any, n: int = 80) -> str:
+    s = str(text).replace("\n", "\\n").replace("|", "\\|")
+    return "`" + (s if len(s) <= n else s[:n - 1] + "…") + "`"
+
+
+def _duration(seconds: Any) -> str:
+    s = _num(seconds)
+    if s is None:
+        return "?"
+    return f"{int(s // 60)}m {int(s % 60)}s" if s >= 60 else f"{s:.0f}s"
+
+
+def render_markdown(run: dict[str, Any], written: list[tuple[Panel, Path]]) -> str:
+    summary, config, history, alarms = run["summary"], run["config"], run["history"], run["alarms"]
+    method = summary.get("method") or config.get("method") or "?"
+    data = summary.get("data") or (config.get("data") or {}).get("train") or []
+    model = (config.get("model") or {}).get("name_or_path", "?")
+    steps = summary.get("global_step", max((int(r.get("step", 0)) for r in history), default=0))
+    lines = [f"# rlft report: {method} run `{run['dir']}`", ""]
+    files = ", ".join(f"`{d}`" for d in data) or "?"
+    lines += [f"- method: **{method}**, model `{model}`",
+              f"- data: {files} ({summary.get('train_rows', '?')} training rows, {summary.get('eval_rows', 0)} eval rows)",
+              f"- status: **{summary.get('status', '?')}** after {steps} steps ({_duration(summary.get('wall_seconds'))})"]
+    watch = config.get("watch") or {}
+    if watch.get("holdout"):
+        lines.append(f"- held-out check: `{watch['holdout']}` scored by `{watch.get('holdout_verifier')}` every "
+                     f"{watch.get('holdout_every')} steps (on_alarm: {watch.get('on_alarm')})")
+    if run.get("preflight"):
+        p = run["preflight"]
+        lines.append(f"- pre-flight: {p.get('verdict')} (pass rate {p.get('pass_rate')}, mixed groups "
+                     f"{p.get('mixed_fraction')})")
+    if summary.get("stopped_by"):
+        lines.append(f"- stopped by the **{summary['stopped_by'].get('name')}** alarm; checkpoint "
+                     f"`{summary.get('checkpoint')}`")
+    lines += ["", "## Verdict", ""]
+    if alarms:
+        for a in alarms:
+            lines.append(f"- **ALARM {a['name']}** at step {a['step']}: {a['message']}  \n  fix: {a['fix']}")
+            sample = (a.get("evidence") or {}).get("top_reward_sample")
+            if sample:
+                lines[-1] += (f"  \n  top-reward sample: {_cell(sample['prompt'], 40)} -> {_cell(sample['completion'])} "
+                              f"(reward {_fmt(sample['reward'])})")
+    else:
+        lines.append("No alarm fired." + ("" if watch.get("holdout") or method not in ("grpo", "ppo") else
+                                          " (No held-out check ran: pass --holdout FILE to watch for reward "
+                                          "hacking.)"))
+    lines += ["", "## Metrics", "", "| metric | first | last | steps |", "| --- | --- | --- | --- |"]
+    for key in HEADLINE:
+        pts = series(history, key)
+        if pts:
+            lines.append(f"| {key} | {_fmt(pts[0][1])} | {_fmt(pts[-1][1])} | {pts[0][0]}-{pts[-1][0]} |")
+    final = summary.get("final_metrics") or {}
+    if final:
+        lines += ["", "Final metrics (summary.json): " + ", ".join(
+            f"{k} {_fmt(v)}" for k, v in final.items() if isinstance(v, (int, float)) and not k.endswith("_per_second")
+            and k not in ("total_flos",))]
+    if written:
+        legend = "Red dashed lines: alarms, at the step they fired; red dots: the logged values that tripped them."
+        lines += ["", "## Plots", "", legend, "", "![overview](overview.png)", ""]
+        lines += [f"![{p.title}]({path.name})" for p, path in written]
+    if alarms:
+        lines += ["", "## Alarm evidence", ""]
+        for a in alarms:
+            lines.append(f"- **{a['name']}** (step {a['step']}, {a.get('action', 'warn')}): "
+                         f"`{json.dumps(a.get('evidence'), default=str)}`")
+    lines += _samples_section(run["samples"])
+    return "\n".join(lines) + "\n"
+
+
+def _samples_section(samples: list[dict]) -> list[str]:
+    """The last two sample records: per prompt the best and worst rollout, or the best and worst scored
+    held-out rows (one completion each)."""
+    if not samples:
+        return []
+    lines = ["", "## Samples", ""]
+    for entry in samples[-2:]:
+        groups = entry.get("samples", [])
+        if groups and all(g.get("n") == 1 for g in groups):
+            lines += [f"Step {entry['step']}, {entry.get('source', '')}: the best and the worst scored rows.", "",
+                      "| prompt | completion | reward |", "| --- | --- | --- |"]
+            lines += [f"| {_cell(g['prompt'], 40)} | {_cell(g['best']['completion'])} | {_fmt(g['best']['reward'])} |"
+                      for g in groups]
+        else:
+            lines += [f"Step {entry['step']}, {entry.get('source', '')}: best and worst completion per prompt.", "",
+                      "| prompt | best | reward | worst | reward |", "| --- | --- | --- | --- | --- |"]
+            lines += [f"| {_cell(g['prompt'], 40)} | {_cell(g['best']['completion'])} | {_fmt(g['best']['reward'])} "
+                      f"| {_cell(g['worst']['completion'])} | {_fmt(g['worst']['reward'])} |" for g in groups]
+        lines.append("")
+    return lines
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write RUN_DIR/report/report.md and its PNGs; returns the path of report.md."""
+    run = load_run(Path(run_dir))
+    out = run["dir"] / "report"
+    out.mkdir(exist_ok=True)
+    for old in out.glob("*.png"):  # a rerun on a resumed run may have fewer or other panels
+        old.unlink()
+    frac = _num((run["config"].get("watch") or {}).get("zero_signal_frac"))
+    written = plot_panels(run["history"], run["alarms"], out, {"zero_signal": frac} if frac is not None else {})
+    path = out / "report.md"
+    path.write_text(render_markdown(run, written))
+    return path
+
+
+def report_and_print(run_dir: Path, console) -> Path | None:
+    """What every training command does at its end: write the report and print its path. A report that
+    fails to write says so in one line and never fails the run (the model is already saved)."""
+    try:
+        path = write_report(run_dir)
+    except Exception as exc:  # noqa: BLE001
+        console.print(f"[yellow]report not written[/]: {type(exc).__name__}: {exc} "
+                      f"(retry with: rlft report {run_dir})", highlight=False)
+        return None
+    console.print(f"report: {path}", highlight=False)
+    return path

@@ -1,0 +1,382 @@
+"""Alarm rules on synthetic histories: each rule fires on the pattern it names and stays quiet on a
+healthy run that looks close to it. Pure: no torch, no model."""
+
+from __future__ import annotations
+
+import dataclasses
+import doctest
+
+import pytest
+
+from rlft import alarms
+from rlft.alarms import RULES, Thresholds, check
+from rlft.config import SCHEMA
+from rlft.errors import UserError
+
+TH = Thresholds()
+
+
+def logs(key_values: dict[str, list], start: int = 10, every: int = 10) -> list[dict]:
+    """A history with one record per position: {step, key: value, ...}."""
+    n = max(len(v) for v in key_values.values())
+    return [{"step": start + i * every, **{k: v[i] for k, v in key_values.items() if i < len(v)}}
+            for i in range(n)]
+
+
+def fired(history, th=TH) -> list[str]:
+    return [a.name for a in check(history, th)]
+
+
+# ----------------------------------------------------------------------------- zero signal
+
+
+def test_zero_signal_fires_after_n_logs_at_or_above_threshold():
+    h = logs({"frac_reward_zero_std": [0.5, 0.85, 0.8, 0.95], "reward": [0.7, 0.9, 0.95, 0.97]})
+    alarm = alarms.zero_signal(h, TH)
+    assert alarm is not None and alarm.name == "zero_signal" and alarm.step == 40
+    assert alarm.evidence["steps"] == [20, 30, 40]
+    assert alarm.evidence["frac_reward_zero_std"] == [0.85, 0.8, 0.95]
+    assert "harder prompts" in alarm.fix  # reward high: the prompts are always solved
+
+
+def test_zero_signal_fix_for_never_solved_prompts():
+    h = logs({"frac_reward_zero_std": [0.9, 0.9, 0.9], "reward": [0.02, 0.01, 0.0]})
+    assert "SFT first" in alarms.zero_signal(h, TH).fix
+
+
+@pytest.mark.parametrize("fracs", [
+    [0.6, 0.55, 0.7, 0.75],   # the healthy sft-short + math run: mixed groups
+    [0.9, 0.9, 0.79],         # one log below the threshold breaks the run of N
+    [0.95, 0.95],             # fewer than N logs
+])
+def test_zero_signal_quiet(fracs):
+    assert alarms.zero_signal(logs({"frac_reward_zero_std": fracs}), TH) is None
+
+
+def test_zero_signal_window_from_config():
+    h = logs({"frac_reward_zero_std": [0.5, 0.7]})
+    assert alarms.zero_signal(h, Thresholds(zero_signal_frac=0.7, zero_signal_logs=1)).step == 20
+
+
+# ----------------------------------------------------------------------------- KL
+
+
+def test_kl_fires_above_ceiling():
+    alarm = alarms.kl_blowup(logs({"kl": [0.02, 0.05, 0.2, 1.4]}), TH)
+    assert alarm.name == "kl_blowup" and alarm.step == 40 and "kl_max" in alarm.message
+    assert alarm.evidence["kl"][-1] == 1.4
+
+
+def test_kl_fires_on_a_tenfold_jump_below_the_ceiling():
+    alarm = alarms.kl_blowup(logs({"kl": [0.03, 0.04, 0.03, 0.5]}), TH)
+    assert alarm is not None and "x its recent median" in alarm.message
+
+
+@pytest.mark.parametrize("kls", [
+    [0.001, 0.004, 0.01, 0.03, 0.06, 0.08],  # steady growth inside the healthy band
+    [0.001, 0.001, 0.002, 0.05],             # 25x, but below the 0.1 floor: early noise
+    [0.3, 0.5, 0.7, 0.9],                    # high but below the ceiling, no jump
+])
+def test_kl_quiet(kls):
+    assert alarms.kl_blowup(logs({"kl": kls}), TH) is None
+
+
+def test_kl_absent_is_quiet():
+    assert alarms.kl_blowup(logs({"loss": [1.0, 0.9]}), TH) is None
+
+
+# ----------------------------------------------------------------------------- entropy
+
+
+def test_entropy_collapse_fires_in_rl():
+    h = logs({"entropy": [0.8, 0.5, 0.07, 0.05, 0.04], "reward": [0.3, 0.5, 0.6, 0.6, 0.6]})
+    alarm = alarms.entropy_collapse(h, TH)
+    assert alarm.name == "entropy_collapse" and alarm.step == 50
+    assert alarm.evidence["first_entropy"] == 0.8 and alarm.evidence["entropy"] == [0.07, 0.05, 0.04]
+
+
+@pytest.mark.parametrize("ent", [
+    [0.8, 0.6, 0.5, 0.4, 0.3],          # falling, but above 10% of the start
+    [0.8, 0.05, 0.04, 0.2, 0.05],       # one log back above: not N in a row
+])
+def test_entropy_quiet_in_rl(ent):
+    assert alarms.entropy_collapse(logs({"entropy": ent, "reward": [0.5] * len(ent)}), TH) is None
+
+
+def test_entropy_falling_in_sft_is_learning_not_collapse():
+    h = logs({"entropy": [2.0, 0.5, 0.1, 0.05, 0.04], "loss": [2.0, 0.5, 0.1, 0.05, 0.04]})
+    assert alarms.entropy_collapse(h, TH) is None
+
+
+# ----------------------------------------------------------------------------- NaN
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", float("nan"), float("inf")])
+def test_nan_loss_fires(bad):
+    h = logs({"loss": [1.2, 0.9, bad, bad]})
+    alarm = alarms.nan_loss(h, TH)
+    assert alarm.name == "nan_loss" and alarm.step == 30 and "loss" in alarm.message
+
+
+def test_nan_eval_loss_fires_and_finite_is_quiet():
+    assert alarms.nan_loss([{"step": 5, "loss": 1.0}, {"step": 5, "eval_loss": "nan"}], TH).step == 5
+    assert alarms.nan_loss(logs({"loss": [3.0, 1e30, 0.0]}), TH) is None
+
+
+# ----------------------------------------------------------------------------- DPO drift
+
+
+def test_dpo_drift_fires_when_chosen_falls_and_margin_grows():
+    h = logs({"logps/chosen": [-3.0, -3.3, -3.7, -4.0, -4.4], "rewards/margins": [0.1, 0.4, 0.8, 1.2, 1.7],
+              "logps/rejected": [-8.0, -9.5, -11.0, -13.0, -15.0]})
+    alarm = alarms.dpo_drift(h, TH)
+    assert alarm.name == "dpo_drift" and alarm.step == 50
+    assert alarm.evidence["logps/chosen"][0] == -3.0 and alarm.evidence["logps/chosen"][-1] == -4.4
+    assert "1.40 nats" in alarm.message
+
+
+@pytest.mark.parametrize("chosen, margins", [
+    ([-3.7, -4.4, -4.5, -4.4, -4.0], [0.0, 0.0, 0.02, 0.02, 0.06]),     # the real dpo_tiny run: small dip
+    ([-3.0, -2.8, -2.7, -2.6, -2.5], [0.1, 0.4, 0.8, 1.2, 1.7]),       # healthy: chosen up, margin up
+    ([-3.0, -3.5, -4.0, -4.5, -5.0], [1.0, 0.8, 0.6, 0.5, 0.4]),       # chosen falls, margin shrinks
+    ([-3.0, -3.5, -4.0, -4.5], [0.1, 0.4, 0.8, 1.2]),                  # fewer than N logs
+])
+def test_dpo_drift_quiet(chosen, margins):
+    assert alarms.dpo_drift(logs({"logps/chosen": chosen, "rewards/margins": margins}), TH) is None
+
+
+# ----------------------------------------------------------------------------- reward hacking
+
+
+def hacking_history(rewards, heldout, every=50, reward_std=0.5) -> list[dict]:
+    """Reward logs every 10 steps; held-out checks at 0, every, 2*every, ..."""
+    h = [{"step": 10 * (i + 1), "reward": r, "reward_std": reward_std} for i, r in enumerate(rewards)]
+    h += [{"step": every * i, "heldout/pass_at_1": v} for i, v in enumerate(heldout)]
+    return sorted(h, key=lambda r: r["step"])
+
+
+def test_reward_hacking_fires_when_reward_rises_and_heldout_falls():
+    # The tiny-model demo's shape: reward-model score 2.0 -> 3.0, held-out accuracy 0.38 -> 0.02.
+    h = hacking_history([2.0, 2.0, 2.1, 2.3, 2.5, 2.7, 2.8, 2.9, 3.0, 3.0], [0.38, 0.20, 0.02])
+    alarm = alarms.reward_hacking(h, TH)
+    assert alarm.name == "reward_hacking" and alarm.step == 100
+    assert alarm.evidence["steps"] == [0, 100]
+    assert alarm.evidence["heldout/pass_at_1"] == [0.38, 0.02]
+    assert alarm.evidence["reward"][0] == pytest.approx(2.0333, abs=1e-3)
+    assert alarm.evidence["reward"][1] == pytest.approx(2.9667, abs=1e-3)
+
+
+def test_reward_hacking_fires_on_a_flat_heldout_too():
+    h = hacking_history([0.3, 0.3, 0.35, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.7], [0.40, 0.41, 0.41])
+    assert alarms.reward_hacking(h, TH) is not None
+
+
+def test_reward_hacking_after_real_progress_compares_with_each_earlier_check():
+    # Held-out rose 0.4 -> 0.6 (learning), then the reward kept climbing while held-out fell back to 0.45:
+    # against step 0 the held-out gained, against step 50 it fell while the reward rose 0.6 -> 0.98.
+    h = hacking_history([0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 1.0], [0.40, 0.60, 0.45])
+    alarm = alarms.reward_hacking(h, TH)
+    assert alarm is not None and alarm.evidence["steps"] == [50, 100]
+    assert alarm.evidence["heldout/pass_at_1"] == [0.6, 0.45]
+
+
+@pytest.mark.parametrize("rewards, heldout", [
+    ([0.3, 0.3, 0.35, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.7], [0.40, 0.50, 0.62]),  # both rise: learning
+    ([0.40, 0.42, 0.38, 0.41, 0.44, 0.40, 0.39, 0.43, 0.41, 0.42], [0.40, 0.39, 0.40]),  # noise, flat
+    ([0.5, 0.45, 0.4, 0.35, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3], [0.5, 0.4, 0.3]),  # both fall: no hacking
+])
+def test_reward_hacking_quiet(rewards, heldout):
+    assert alarms.reward_hacking(hacking_history(rewards, heldout), TH) is None
+
+
+def test_reward_hacking_needs_two_heldout_checks():
+    h = hacking_history([2.0, 2.5, 3.0, 3.5], [0.38])
+    assert alarms.reward_hacking(h, TH) is None
+    h = hacking_history([2.0, 2.5, 3.0, 3.5], [])
+    assert alarms.reward_hacking(h, TH) is None
+
+
+def test_reward_hacking_threshold_is_in_units_of_the_starting_spread():
+    h = hacking_history([2.0, 2.0, 2.0, 2.1, 2.1, 2.1, 2.2, 2.2, 2.2, 2.2], [0.4, 0.4, 0.4], reward_std=1.0)
+    assert alarms.reward_hacking(h, TH) is None  # +0.17 on a spread of 1.0: 0.17 < 0.4
+    assert alarms.reward_hacking(h, Thresholds(hacking_min_rise=0.1)) is not None
+
+
+# ----------------------------------------------------------------------------- length / repetition
+
+
+def length_history(lengths, heldout, key="completions/mean_length") -> list[dict]:
+    h = [{"step": 10 * (i + 1), key: v, "reward": 0.5} for i, v in enumerate(lengths)]
+    h += [{"step": 50 * i, "heldout/pass_at_1": v} for i, v in enumerate(heldout)]
+    return sorted(h, key=lambda r: r["step"])
+
+
+def test_length_hacking_fires_on_longer_completions_with_flat_heldout():
+    alarm = alarms.length_hacking(length_history([40, 42, 45, 55, 60, 70, 80, 85, 90, 95], [0.4, 0.41, 0.40]),
+                                  TH)
+    assert alarm.name == "length_hacking" and "tokens" in alarm.message and alarm.step == 100
+
+
+def test_repetition_hacking_fires():
+    h = length_history([0.05, 0.05, 0.06, 0.1, 0.2, 0.3, 0.4, 0.45, 0.5, 0.5], [0.4, 0.4, 0.35],
+                       key="completions/repetition")
+    alarm = alarms.length_hacking(h, TH)
+    assert alarm is not None and "repetition" in alarm.message
+
+
+@pytest.mark.parametrize("lengths, heldout", [
+    ([40, 42, 45, 55, 60, 70, 80, 85, 90, 95], [0.4, 0.5, 0.6]),   # longer and better: reasoning grew
+    ([3.6, 3.6, 3.5, 3.7, 3.6, 3.6, 3.7, 3.6, 3.6, 3.6], [0.5, 0.5, 0.5]),  # flat length
+    ([2, 2, 2, 3, 3, 3, 3, 3, 3, 3], [0.5, 0.5, 0.5]),              # 1.5x but only 1 token
+])
+def test_length_hacking_quiet(lengths, heldout):
+    assert alarms.length_hacking(length_history(lengths, heldout), TH) is None
+
+
+# ----------------------------------------------------------------------------- real histories
+# Logged by the tiny model after recipes/sft_tiny_short.yaml (rounded to 3 places): GRPO with the math
+# verifier (recipes/grpo_math_tiny.yaml, 600 steps, held-out 0.535 -> 0.795) and GRPO against a tiny reward
+# model (recipes/reward_tiny.yaml, pair accuracy 0.54) as the only reward, held-out checked with the math
+# verifier every 25 steps. Per log: (step, reward, reward_std, frac_reward_zero_std, entropy, mean_length,
+# repetition); per check: (step, heldout pass@1).
+MATH_LOGS = [
+    (10, 0.406, 0.49, 0.537, 0.197, 3.636, 0.0), (20, 0.381, 0.475, 0.738, 0.204, 3.587, 0.0), (30, 0.372,
+    0.436, 0.625, 0.201, 3.612, 0.0), (40, 0.461, 0.438, 0.625, 0.194, 3.667, 0.0), (50, 0.423, 0.491, 0.637,
+    0.196, 3.558, 0.0), (60, 0.389, 0.476, 0.525, 0.21, 3.602, 0.0), (70, 0.466, 0.473, 0.5, 0.214, 3.597, 0.0),
+    (80, 0.445, 0.476, 0.588, 0.195, 3.652, 0.0), (90, 0.477, 0.488, 0.6, 0.19, 3.656, 0.0), (100, 0.597, 0.479,
+    0.45, 0.176, 3.619, 0.0), (110, 0.498, 0.485, 0.512, 0.187, 3.553, 0.0), (120, 0.463, 0.481, 0.45, 0.212,
+    3.67, 0.0), (130, 0.489, 0.491, 0.412, 0.205, 3.556, 0.0), (140, 0.505, 0.468, 0.525, 0.202, 3.655, 0.0),
+    (150, 0.505, 0.442, 0.562, 0.198, 3.702, 0.0), (160, 0.58, 0.485, 0.412, 0.183, 3.656, 0.0), (170, 0.484,
+    0.479, 0.575, 0.197, 3.519, 0.0), (180, 0.553, 0.481, 0.562, 0.177, 3.673, 0.0), (190, 0.566, 0.485, 0.438,
+    0.191, 3.581, 0.0), (200, 0.48, 0.488, 0.475, 0.196, 3.62, 0.0), (210, 0.503, 0.474, 0.537, 0.194, 3.647,
+    0.0), (220, 0.541, 0.492, 0.463, 0.194, 3.611, 0.0), (230, 0.542, 0.485, 0.412, 0.214, 3.587, 0.0), (240,
+    0.591, 0.481, 0.463, 0.188, 3.594, 0.0), (250, 0.611, 0.465, 0.525, 0.173, 3.652, 0.0), (260, 0.62, 0.471,
+    0.475, 0.193, 3.536, 0.0), (270, 0.68, 0.455, 0.35, 0.201, 3.605, 0.0), (280, 0.652, 0.464, 0.525, 0.162,
+    3.644, 0.0), (290, 0.547, 0.479, 0.425, 0.196, 3.559, 0.0), (300, 0.609, 0.483, 0.625, 0.176, 3.598, 0.0),
+    (310, 0.689, 0.453, 0.45, 0.159, 3.716, 0.0), (320, 0.711, 0.444, 0.55, 0.163, 3.594, 0.0), (330, 0.584,
+    0.477, 0.425, 0.189, 3.722, 0.0), (340, 0.623, 0.471, 0.55, 0.177, 3.669, 0.0), (350, 0.716, 0.438, 0.5,
+    0.163, 3.616, 0.0), (360, 0.691, 0.424, 0.45, 0.161, 3.692, 0.0), (370, 0.633, 0.47, 0.45, 0.181, 3.602,
+    0.0), (380, 0.65, 0.459, 0.487, 0.164, 3.653, 0.0), (390, 0.694, 0.453, 0.525, 0.152, 3.692, 0.0), (400,
+    0.619, 0.482, 0.388, 0.177, 3.648, 0.0), (410, 0.605, 0.472, 0.487, 0.164, 3.525, 0.0), (420, 0.63, 0.471,
+    0.475, 0.179, 3.522, 0.0), (430, 0.675, 0.458, 0.475, 0.169, 3.605, 0.0), (440, 0.698, 0.432, 0.412, 0.169,
+    3.602, 0.0), (450, 0.73, 0.438, 0.45, 0.169, 3.589, 0.0), (460, 0.641, 0.463, 0.588, 0.174, 3.592, 0.0),
+    (470, 0.656, 0.456, 0.475, 0.191, 3.625, 0.0), (480, 0.769, 0.409, 0.525, 0.143, 3.636, 0.0), (490, 0.644,
+    0.461, 0.475, 0.173, 3.558, 0.0), (500, 0.756, 0.412, 0.537, 0.154, 3.669, 0.0), (510, 0.738, 0.418, 0.463,
+    0.151, 3.673, 0.0), (520, 0.741, 0.408, 0.537, 0.14, 3.659, 0.0), (530, 0.719, 0.446, 0.55, 0.142, 3.658,
+    0.0), (540, 0.745, 0.432, 0.475, 0.143, 3.633, 0.0), (550, 0.628, 0.468, 0.525, 0.173, 3.534, 0.0), (560,
+    0.706, 0.43, 0.45, 0.153, 3.602, 0.0), (570, 0.734, 0.429, 0.55, 0.142, 3.562, 0.0), (580, 0.73, 0.412,
+    0.45, 0.144, 3.617, 0.0), (590, 0.714, 0.441, 0.463, 0.162, 3.698, 0.0), (600, 0.705, 0.444, 0.475, 0.151,
+    3.628, 0.0),
+]
+MATH_HELDOUT = [
+    (0, 0.535), (50, 0.575), (100, 0.56), (150, 0.675), (200, 0.675), (250, 0.68), (300, 0.715), (350, 0.725),
+    (400, 0.7), (450, 0.73), (500, 0.765), (550, 0.785), (600, 0.795),
+]
+RM_LOGS = [
+    (10, 0.301, 0.369, 0.175, 0.224, 3.661, 0.0), (20, 0.218, 0.434, 0.237, 0.209, 3.627, 0.0), (30, 0.241,
+    0.396, 0.175, 0.228, 3.708, 0.0), (40, 0.307, 0.429, 0.138, 0.277, 4.061, 0.002), (50, 0.349, 0.405, 0.125,
+    0.267, 4.591, 0.033), (60, 0.634, 0.417, 0.1, 0.266, 6.748, 0.149), (70, 0.643, 0.392, 0.25, 0.14, 7.62,
+    0.407), (80, 0.67, 0.379, 0.263, 0.099, 7.839, 0.508), (90, 0.746, 0.351, 0.338, 0.081, 8.0, 0.619), (100,
+    0.813, 0.332, 0.237, 0.073, 8.0, 0.642), (110, 0.842, 0.356, 0.287, 0.062, 8.0, 0.672), (120, 0.823, 0.349,
+    0.3, 0.063, 8.0, 0.635), (130, 0.802, 0.314, 0.388, 0.049, 8.0, 0.706), (140, 0.851, 0.36, 0.375, 0.048,
+    8.0, 0.682), (150, 0.741, 0.383, 0.312, 0.054, 8.0, 0.663), (160, 0.854, 0.322, 0.3, 0.046, 8.0, 0.631),
+    (170, 0.823, 0.33, 0.412, 0.038, 8.0, 0.661), (180, 0.813, 0.347, 0.338, 0.053, 8.0, 0.635), (190, 0.921,
+    0.284, 0.4, 0.038, 8.0, 0.652), (200, 0.871, 0.315, 0.4, 0.038, 8.0, 0.684),
+]
+RM_HELDOUT = [
+    (0, 0.55), (25, 0.26), (50, 0.04), (75, 0.0), (100, 0.0), (125, 0.0), (150, 0.0), (175, 0.0), (200, 0.0),
+]
+
+
+def real_history(logs_, heldout) -> list[dict]:
+    keys = ("reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length",
+            "completions/repetition")
+    h = [{"step": row[0], **dict(zip(keys, row[1:]))} for row in logs_]
+    h += [{"step": s, "heldout/pass_at_1": v} for s, v in heldout]
+    return sorted(h, key=lambda r: (r["step"], "heldout/pass_at_1" not in r))
+
+
+def first_alarms(history) -> dict[str, int]:
+    """Replay the history log by log as the monitor does: {alarm: step it first fired}."""
+    out: dict[str, int] = {}
+    for i in range(1, len(history) + 1):
+        for a in check(history[:i], TH, skip=set(out)):
+            out[a.name] = a.step
+    return out
+
+
+def test_real_math_verifier_run_raises_no_alarm():
+    assert first_alarms(real_history(MATH_LOGS, MATH_HELDOUT)) == {}
+
+
+def test_real_reward_model_run_raises_the_hacking_alarm_at_the_first_check_after_the_hack():
+    h = real_history(RM_LOGS, RM_HELDOUT)
+    assert first_alarms(h) == {"reward_hacking": 75, "length_hacking": 75}
+    alarm = alarms.reward_hacking([r for r in h if r["step"] <= 75], TH)
+    assert alarm.evidence["heldout/pass_at_1"] == [0.55, 0.0]
+    assert alarm.evidence["reward"][1] > alarm.evidence["reward"][0] + 0.25
+
+
+# ----------------------------------------------------------------------------- the registry and config
+
+
+def test_check_skips_ignored_and_already_fired():
+    h = logs({"frac_reward_zero_std": [0.9, 0.9, 0.9], "loss": ["nan", "nan", "nan"]})
+    assert fired(h) == ["nan_loss", "zero_signal"]
+    assert [a.name for a in check(h, TH, skip={"nan_loss"})] == ["zero_signal"]
+    assert fired(h, Thresholds(ignore=("zero_signal",))) == ["nan_loss"]
+
+
+def test_healthy_history_fires_nothing():
+    h = logs({"loss": [0.01, 0.009, 0.008, 0.01, 0.007], "reward": [0.44, 0.38, 0.37, 0.39, 0.39],
+              "reward_std": [0.5] * 5, "frac_reward_zero_std": [0.55, 0.53, 0.75, 0.72, 0.55],
+              "entropy": [0.2, 0.19, 0.19, 0.21, 0.2], "completions/mean_length": [3.6] * 5}, every=5)
+    h += [{"step": 0, "heldout/pass_at_1": 0.55}, {"step": 25, "heldout/pass_at_1": 0.52}]
+    assert fired(sorted(h, key=lambda r: r["step"])) == []
+
+
+def test_every_alarm_has_name_message_and_fix_on_one_line():
+    histories = [
+        logs({"frac_reward_zero_std": [0.9] * 3}), logs({"kl": [0.01, 0.01, 2.0]}),
+        logs({"entropy": [1.0, 0.05, 0.05, 0.05], "reward": [0.1] * 4}), logs({"loss": ["nan"]}),
+        logs({"logps/chosen": [-3, -3.5, -4, -4.5, -5], "rewards/margins": [0, 0.5, 1, 1.5, 2]}),
+        hacking_history([2.0, 2.2, 2.4, 2.6, 2.8, 3.0], [0.38, 0.02]),
+        length_history([40, 50, 60, 80, 90, 100], [0.4, 0.4]),
+    ]
+    names = set()
+    for h in histories:
+        for a in check(h):
+            names.add(a.name)
+            assert a.message and a.fix and "\n" not in a.message + a.fix
+            assert a.as_dict()["evidence"] == a.evidence
+    assert names == set(RULES)
+
+
+def test_thresholds_from_watch_and_schema_defaults_agree():
+    watch = SCHEMA["watch"]
+    for f in dataclasses.fields(Thresholds):
+        assert f.name in watch, f"watch.{f.name} missing from the config schema"
+        default = watch[f.name].default
+        assert (tuple(default) if isinstance(default, list) else default) == f.default, f.name
+        assert watch[f.name].rlft_only
+    th = Thresholds.from_watch({"zero_signal_frac": 0.5, "kl_max": None, "ignore": ["kl_blowup"]})
+    assert th.zero_signal_frac == 0.5 and th.kl_max == alarms.KL_MAX and th.ignore == ("kl_blowup",)
+
+
+def test_unknown_alarm_name_in_ignore_says_did_you_mean():
+    with pytest.raises(UserError, match="unknown alarm 'zero_signals'.*did you mean 'zero_signal'"):
+        Thresholds.from_watch({"ignore": ["zero_signals"]})
+
+
+def test_repetition_doctests():
+    assert doctest.testmod(alarms).failed == 0
+
+
+def test_watch_modules_import_no_heavy_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, rlft.alarms, rlft.report, rlft.commands.report, rlft.monitor; print(','.join(m for m in "
+            "('torch', 'transformers', 'trl', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
