@@ -31,11 +31,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev,quant]"
 	touch $@
 
+# One torch thread: the tiny model's ops are too small to gain from two, and on a shared 2-core machine
+# two threads were 5x slower (BENCHMARKS.md).
 test: install
-	$(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
 test-slow: install
-	$(BIN)/python -m pytest -q -m slow
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m slow
 
 lint: install
 	$(BIN)/ruff check rlft tests bench
