@@ -131,7 +131,11 @@ class Thresholds:
 
 def value(record: Record, key: str) -> float | None:
     """A logged number as a float; NaN/inf come back from metrics.jsonl as strings ("nan", "inf")."""
-    v = record.get(key)
+    return to_float(record.get(key))
+
+
+def to_float(v: Any) -> float | None:
+    """A logged value as a float (None for anything that is not a number or a number's string)."""
     if isinstance(v, bool):
         return None
     if isinstance(v, (int, float)):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlft.alarms import to_float
 from rlft.errors import UserError
 
 
@@ -64,24 +65,11 @@ def _read_jsonl(path: Path) -> list[dict]:
     return out
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            return None
-    return None
-
-
 def series(history: list[dict], key: str) -> list[tuple[int, float]]:
     """(step, value) of the finite values logged under `key`."""
     out = []
     for r in history:
-        v = _num(r.get(key))
+        v = to_float(r.get(key))
         if v is not None and math.isfinite(v):
             out.append((int(r.get("step", 0)), v))
     return out
@@ -130,7 +118,7 @@ def _draw(ax, panel: Panel, history: list[dict], alarms: list[dict], hline: floa
         for key in panel.keys:
             vals = ev.get(key)
             if isinstance(vals, list) and len(vals) == len(steps):
-                xy = [(s, _num(v)) for s, v in zip(steps, vals) if _num(v) is not None and math.isfinite(_num(v))]
+                xy = [(s, to_float(v)) for s, v in zip(steps, vals) if to_float(v) is not None and math.isfinite(to_float(v))]
                 ax.scatter([s for s, _ in xy], [v for _, v in xy], color="red", s=28, zorder=5)
     ax.set_title(panel.title, fontsize=10)
     ax.set_xlabel("step", fontsize=8)
@@ -181,7 +169,7 @@ def _cell(text: Any, n: int = 80) -> str:
 
 
 def _duration(seconds: Any) -> str:
-    s = _num(seconds)
+    s = to_float(seconds)
     if s is None:
         return "?"
     return f"{int(s // 60)}m {int(s % 60)}s" if s >= 60 else f"{s:.0f}s"
@@ -273,7 +261,7 @@ def write_report(run_dir: str | Path) -> Path:
     out.mkdir(exist_ok=True)
     for old in out.glob("*.png"):  # a rerun on a resumed run may have fewer or other panels
         old.unlink()
-    frac = _num((run["config"].get("watch") or {}).get("zero_signal_frac"))
+    frac = to_float((run["config"].get("watch") or {}).get("zero_signal_frac"))
     written = plot_panels(run["history"], run["alarms"], out, {"zero_signal": frac} if frac is not None else {})
     path = out / "report.md"
     path.write_text(render_markdown(run, written))

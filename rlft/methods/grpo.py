@@ -55,14 +55,19 @@ def validate_gold(rows, specs: list[str]) -> None:
 
 
 def reward_function(cfg: RunConfig):
-    """The run's reward: the verifiers, the reward model, or their sum (weights: NAME:WEIGHT)."""
+    """The GRPO run's reward: its verifiers, its reward model, or their sum (weights: NAME:WEIGHT)."""
+    return build_reward(list(cfg.grpo.verifiers), cfg.grpo.reward_model)
+
+
+def build_reward(verifier_specs: list[str], reward_model: str | None):
+    """One reward function from verifier specs and/or a reward model folder (shared by GRPO and PPO)."""
     parts = []
-    if cfg.grpo.verifiers:
-        parts.append(load_verifiers(list(cfg.grpo.verifiers))[0])
-    if cfg.grpo.reward_model:
+    if verifier_specs:
+        parts.append(load_verifiers(verifier_specs)[0])
+    if reward_model:
         from rlft.reward_scoring import RewardModelReward
 
-        parts.append(RewardModelReward(cfg.grpo.reward_model))
+        parts.append(RewardModelReward(reward_model))
     if len(parts) == 1:
         return parts[0]
     return _Sum(parts)
@@ -75,7 +80,7 @@ class _Sum:
 
     def __call__(self, completions, **kwargs):
         columns = [p(completions, **kwargs) for p in self.parts]
-        return [sum(0.0 if c[i] is None else c[i] for c in columns) for i in range(len(completions))]
+        return [sum(0.0 if c[i] is None else float(c[i]) for c in columns) for i in range(len(completions))]
 
 
 def plan(cfg: RunConfig, n_prompts: int) -> dict[str, Any]:

@@ -75,25 +75,9 @@ STATE_FILE = "trainer_state.json"
 
 def reward_function(cfg: RunConfig) -> Callable:
     """The run's reward: the verifiers, the reward model, or their sum."""
-    from rlft.methods.grpo import load_verifiers
+    from rlft.methods.grpo import build_reward
 
-    parts = []
-    if cfg.ppo.verifiers:
-        parts.append(load_verifiers(list(cfg.ppo.verifiers))[0])
-    if cfg.ppo.reward_model:
-        from rlft.reward_scoring import RewardModelReward
-
-        parts.append(RewardModelReward(cfg.ppo.reward_model))
-    if len(parts) == 1:
-        return parts[0]
-
-    def total(completions, **kwargs):
-        columns = [p(completions, **kwargs) for p in parts]
-        return [sum(0.0 if c[i] is None else float(c[i]) for c in columns) for i in range(len(completions))]
-
-    total.__name__ = "+".join(getattr(p, "__name__", "reward") for p in parts)
-    total.parts = parts
-    return total
+    return build_reward(list(cfg.ppo.verifiers), cfg.ppo.reward_model)
 
 
 def check_config(cfg: RunConfig) -> None:
