@@ -144,3 +144,13 @@ def test_preflight_refuses_prompts_the_model_always_solves(cli, tmp_path):
     result = json.loads(r.out)
     assert r.code == 3 and result["verdict"] == "refuse" and result["pass_rate"] > 0.95, result
     assert any("harder prompts" in a for a in result["advice"])
+
+
+def test_choose_with_a_model_bases_its_advice_on_a_real_preflight(cli, tiny_dir, sft_short):
+    r = cli("choose", "--data", PROMPTS, "--model", "tiny", "--max-prompts", "8", "--json")
+    advice = json.loads(r.out)
+    assert advice["method"] == "sft" and advice["then"] == "grpo" and not advice["ready"]
+    assert any(w["code"] == "never_passes" for w in advice["warnings"])
+    r = cli("choose", "--data", PROMPTS, "--model", sft_short, "--max-prompts", "16", "--json")
+    advice = json.loads(r.out)
+    assert advice["method"] == "grpo" and advice["ready"], advice["warnings"]
