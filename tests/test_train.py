@@ -222,3 +222,15 @@ def test_sft_from_scratch_reaches_80_percent_on_held_out_addition(cli, tmp_path)
     print(f"sft from scratch: pass@1 {acc:.3f} in {elapsed:.0f}s")
     assert acc >= 0.80, acc
     assert elapsed < 180, elapsed
+
+
+def test_final_evaluation_is_not_run_twice(cli, tmp_path, tiny_dir):
+    out = tmp_path / "evals"
+    eval_rows = write_jsonl(tmp_path / "eval.jsonl", [{"prompt": f"{a}+1=", "completion": str(a + 1)} for a in range(10, 26)])
+    r = cli("sft", "--data", SFT_DATA, "--eval-data", eval_rows, "-o", out, "--max-steps", "4",
+            "--set", "train.eval_steps=2", "--set", "train.logging_steps=1", *FAST)
+    assert r.code == 0, r.text
+    evals = [m for m in read_metrics(out) if "eval_loss" in m]
+    assert [m["step"] for m in evals] == [2, 4]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["final_metrics"]["eval_loss"] == evals[-1]["eval_loss"]

@@ -131,7 +131,11 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
         trainer.save_model(str(out))
         final = dict(result.metrics)
         if getattr(trainer, "eval_dataset", None) is not None:
-            final.update(trainer.evaluate())
+            evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+            if evals and evals[-1].get("step") == state.global_step:  # the trainer just evaluated: reuse it
+                final.update({k: v for k, v in evals[-1].items() if k.startswith("eval_")})
+            else:
+                final.update(trainer.evaluate())
         extra = after(trainer, out) if after else {}
         final.update(extra or {})
         record.finish("completed", global_step=state.global_step, train_seconds=round(time.time() - start, 2),
