@@ -312,9 +312,9 @@ def eval_(
     from rlft.quiet import quiet_libraries
 
     quiet_libraries()
+    from rlft.config import Section
     from rlft.evaluate import evaluate_rows, exact_match
     from rlft.models import load_model, load_tokenizer
-    from rlft.config import Section
 
     tok = load_tokenizer(model)
     net = load_model(Section(name_or_path=model, dtype="auto", revision=None, trust_remote_code=False,

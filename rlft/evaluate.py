@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from rich.console import Console
-
 
 def render_prompt(tok, prompt: Any) -> str:
     if isinstance(prompt, list):

@@ -133,7 +133,6 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
     A folder holding a peft adapter loads its base model and the adapter on top. With `load_in_4bit`,
     weights are quantised with bitsandbytes (NF4) and the model is prepared for k-bit training.
     """
-    import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     path = resolve_model_path(model_cfg.name_or_path)

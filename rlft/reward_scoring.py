@@ -74,8 +74,9 @@ class RewardModelReward:
 
     def load(self):
         if self._model is None:
-            from rlft.models import load_tokenizer, resolve_model_path
             from transformers import AutoModelForSequenceClassification
+
+            from rlft.models import load_tokenizer, resolve_model_path
 
             path = resolve_model_path(self.path)
             self._tok = load_tokenizer(path)

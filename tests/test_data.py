@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import DATA, write_jsonl
+
 from rlft.data import read_rows, validate_preference, validate_sft, validate_verifiable
 from rlft.errors import DataError, UserError
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import DATA, ROOT, write_jsonl
+
 from rlft.preflight import verdict_for
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"

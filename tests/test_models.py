@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import DATA
+
 from rlft.config import resolve
 from rlft.errors import UserError
 from rlft.models import resolve_model_path

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import DATA, ROOT, write_jsonl
 
 SFT_DATA = DATA / "arith/sft_train.jsonl"

@@ -17,8 +17,8 @@ from rich.console import Console
 
 from rlft.config import RunConfig, trl_kwargs
 from rlft.errors import UserError
-from rlft.run import Interrupt, RunRecord, last_checkpoint, prepare_output_dir, versions, write_json
 from rlft.monitor import make_run_callback
+from rlft.run import Interrupt, RunRecord, last_checkpoint, prepare_output_dir, versions, write_json
 
 
 @dataclass

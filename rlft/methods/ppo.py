@@ -553,8 +553,9 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     if not resume:
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
     from accelerate import PartialState  # under `accelerate launch`: which process writes the run folder
+    from accelerate.utils import parse_flag_from_env
 
-    state = PartialState()
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # CPU processes under torchrun: gloo
     memory = memory_check(cfg, console if state.is_main_process else Console(quiet=True))
 
     out = Path(cfg.train.output_dir)
