@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 
 
@@ -26,10 +27,11 @@ def quiet_libraries() -> None:
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    try:
-        import datasets
-
+    # `datasets` is quieted through its environment variables, not imported: PPO never needs it, and the
+    # import alone costs ~90 MB of peak memory. Where it is already loaded, quiet it directly.
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("DATASETS_VERBOSITY", "error")
+    if "datasets" in sys.modules:
+        datasets = sys.modules["datasets"]
         datasets.disable_progress_bars()
         datasets.logging.set_verbosity_error()
-    except ImportError:  # pragma: no cover
-        pass
