@@ -79,6 +79,15 @@ def _flags(**pairs) -> dict:
     return {key: (value, names.get(key, key)) for key, value in pairs.items() if value is not None}
 
 
+def _common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed, lora, on_alarm,
+                  holdout, holdout_verifier) -> dict:
+    """The dotted config keys of the options every training command shares."""
+    return {"data.eval": eval_data, "model.name_or_path": model, "train.output_dir": output_dir,
+            "train.max_steps": max_steps, "train.num_train_epochs": epochs, "train.learning_rate": lr,
+            "train.per_device_train_batch_size": batch_size, "train.seed": seed, "model.lora.enabled": lora,
+            "watch.on_alarm": on_alarm, "watch.holdout": holdout, "watch.holdout_verifier": holdout_verifier}
+
+
 def _resolve(method: str, recipe, flags: dict, sets, print_config: bool, resume: bool = False):
     from rlft.config import resolve
     from rlft.run import default_output_dir
@@ -134,12 +143,9 @@ def sft(
     set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
 ) -> None:
     """Supervised fine-tuning on demonstrations (TRL SFTTrainer)."""
-    flags = _flags(**{"data.train": data, "data.eval": eval_data, "model.name_or_path": model,
-                      "train.output_dir": output_dir, "train.max_steps": max_steps,
-                      "train.num_train_epochs": epochs, "train.learning_rate": lr,
-                      "train.per_device_train_batch_size": batch_size, "train.seed": seed,
-                      "model.lora.enabled": lora, "watch.on_alarm": on_alarm, "watch.holdout": holdout,
-                      "watch.holdout_verifier": holdout_verifier})
+    flags = _flags(**{"data.train": data,
+                      **_common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
+                                      lora, on_alarm, holdout, holdout_verifier)})
     cfg = _resolve("sft", recipe, flags, set_, print_config, resume)
     from rlft.methods import sft as method
 
@@ -158,12 +164,9 @@ def dpo(
     set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
 ) -> None:
     """Direct Preference Optimization on chosen/rejected pairs (TRL DPOTrainer)."""
-    flags = _flags(**{"data.train": pairs, "data.eval": eval_data, "model.name_or_path": model,
-                      "train.output_dir": output_dir, "train.max_steps": max_steps,
-                      "train.num_train_epochs": epochs, "train.learning_rate": lr,
-                      "train.per_device_train_batch_size": batch_size, "train.seed": seed,
-                      "model.lora.enabled": lora, "watch.on_alarm": on_alarm, "watch.holdout": holdout,
-                      "watch.holdout_verifier": holdout_verifier, "dpo.beta": beta})
+    flags = _flags(**{"data.train": pairs,
+                      **_common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
+                                      lora, on_alarm, holdout, holdout_verifier), "dpo.beta": beta})
     cfg = _resolve("dpo", recipe, flags, set_, print_config, resume)
     from rlft.methods import dpo as method
 
@@ -181,12 +184,9 @@ def reward(
     set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
 ) -> None:
     """Train a reward model on preference pairs (TRL RewardTrainer); reports held-out pair accuracy."""
-    flags = _flags(**{"data.train": pairs, "data.eval": eval_data, "model.name_or_path": model,
-                      "train.output_dir": output_dir, "train.max_steps": max_steps,
-                      "train.num_train_epochs": epochs, "train.learning_rate": lr,
-                      "train.per_device_train_batch_size": batch_size, "train.seed": seed,
-                      "model.lora.enabled": lora, "watch.on_alarm": on_alarm, "watch.holdout": holdout,
-                      "watch.holdout_verifier": holdout_verifier})
+    flags = _flags(**{"data.train": pairs,
+                      **_common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
+                                      lora, on_alarm, holdout, holdout_verifier)})
     cfg = _resolve("reward", recipe, flags, set_, print_config, resume)
     from rlft.methods import reward as method
 
@@ -216,12 +216,9 @@ def grpo(
     set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
 ) -> None:
     """GRPO against verifiers (TRL GRPOTrainer): RL from a program that checks answers."""
-    flags = _flags(**{"data.train": prompts, "data.eval": eval_data, "model.name_or_path": model,
-                      "train.output_dir": output_dir, "train.max_steps": max_steps,
-                      "train.num_train_epochs": epochs, "train.learning_rate": lr,
-                      "train.per_device_train_batch_size": batch_size, "train.seed": seed,
-                      "model.lora.enabled": lora, "watch.on_alarm": on_alarm, "watch.holdout": holdout,
-                      "watch.holdout_verifier": holdout_verifier, "grpo.verifiers": verifier,
+    flags = _flags(**{"data.train": prompts,
+                      **_common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
+                                      lora, on_alarm, holdout, holdout_verifier), "grpo.verifiers": verifier,
                       "grpo.num_generations": num_generations, "grpo.preflight": preflight,
                       "grpo.filter_prompts": filter_prompts or None, "grpo.reward_model": reward_model})
     if reward_model and not verifier:

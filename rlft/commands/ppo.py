@@ -50,14 +50,11 @@ def ppo(
                       "output_dir.")] = False,
 ) -> None:
     """PPO (RLHF) against a reward model or verifiers: policy, reference, value model, reward."""
-    from rlft.cli import _finish, _flags, _resolve, err_console
+    from rlft.cli import _common_flags, _finish, _flags, _resolve, err_console
 
-    flags = _flags(**{"data.train": prompts, "data.eval": eval_data, "model.name_or_path": model,
-                      "train.output_dir": output_dir, "train.max_steps": max_steps,
-                      "train.num_train_epochs": epochs, "train.learning_rate": lr,
-                      "train.per_device_train_batch_size": batch_size, "train.seed": seed,
-                      "model.lora.enabled": lora, "watch.on_alarm": on_alarm, "watch.holdout": holdout,
-                      "watch.holdout_verifier": holdout_verifier})
+    flags = _flags(**{"data.train": prompts,
+                      **_common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
+                                      lora, on_alarm, holdout, holdout_verifier)})
     # origins of the ppo flags (cli._flags names only the flags of the commands it knows)
     for key, value, flag in (("ppo.verifiers", verifier, "--verifier"), ("ppo.reward_model", reward_model,
                              "--reward-model"), ("ppo.max_memory_gb", max_memory, "--max-memory")):
