@@ -309,13 +309,11 @@ def eval_(
     from rlft.quiet import quiet_libraries
 
     quiet_libraries()
-    from rlft.config import Section
     from rlft.evaluate import evaluate_rows, exact_match
-    from rlft.models import load_model, load_tokenizer
+    from rlft.models import load_for_inference, load_tokenizer
 
     tok = load_tokenizer(model)
-    net = load_model(Section(name_or_path=model, dtype="auto", revision=None, trust_remote_code=False,
-                             load_in_4bit=False, lora=Section(enabled=False)), trainable=False)
+    net = load_for_inference(model)
     result = evaluate_rows(net, tok, [r.data for r in rows], scorer=scorer or exact_match,
                            max_new_tokens=max_new_tokens, samples=samples, temperature=temperature)
     if json_out:

@@ -170,6 +170,15 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
     return model
 
 
+def load_for_inference(name_or_path: str):
+    """A frozen model for generation and scoring (eval, pre-flight, pipelines): no LoRA, no 4-bit."""
+    from rlft.config import Section
+
+    cfg = Section(name_or_path=name_or_path, dtype="auto", revision=None, trust_remote_code=False,
+                  load_in_4bit=False, lora=Section(enabled=False))
+    return load_model(cfg, trainable=False)
+
+
 def apply_lora(model, lora_cfg: Any, quantized: bool = False, task: str = "CAUSAL_LM"):
     """Wrap `model` in a peft LoRA adapter built from the config's `model.lora` section."""
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training

@@ -51,17 +51,15 @@ def _rlft(*args: str) -> None:
 
 def heldout_pass_at_1(model: str, heldout: str) -> float:
     """Greedy pass@1 of `model` on `heldout` with the math verifier."""
-    from rlft.config import Section
     from rlft.data import read_rows
     from rlft.evaluate import evaluate_rows
-    from rlft.models import load_model, load_tokenizer
+    from rlft.models import load_for_inference, load_tokenizer
     from rlft.quiet import quiet_libraries
     from rlft.verifiers import math_reward
 
     quiet_libraries()
     tok = load_tokenizer(model)
-    net = load_model(Section(name_or_path=model, dtype="auto", revision=None, trust_remote_code=False,
-                             load_in_4bit=False, lora=Section(enabled=False)), trainable=False)
+    net = load_for_inference(model)
     return evaluate_rows(net, tok, [r.data for r in read_rows(heldout)], scorer=math_reward,
                          max_new_tokens=8).pass_at_1
 

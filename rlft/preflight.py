@@ -101,7 +101,7 @@ def run_preflight(model: str, rows, verifier: str | list[str], num_generations: 
                   seed: int = 0) -> PreflightResult:
     """Load `model`, validate `rows` (rlft.data.Row) for the verifier(s), and probe."""
     from rlft.methods.grpo import load_verifiers, validate_gold
-    from rlft.models import load_model, load_tokenizer
+    from rlft.models import load_for_inference, load_tokenizer
     from rlft.quiet import quiet_libraries
 
     quiet_libraries()
@@ -112,10 +112,7 @@ def run_preflight(model: str, rows, verifier: str | list[str], num_generations: 
 
     torch.manual_seed(seed)
     tok = load_tokenizer(model)
-    from rlft.config import Section
-
-    net = load_model(Section(name_or_path=model, dtype="auto", revision=None, trust_remote_code=False,
-                             load_in_4bit=False, lora=Section(enabled=False)), trainable=False)
+    net = load_for_inference(model)
     return probe(net, tok, [r.data for r in rows], reward_fn, num_generations=num_generations,
                  max_prompts=max_prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                  min_mixed=min_mixed)
