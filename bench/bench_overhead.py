@@ -20,7 +20,8 @@ timed (or --base DIR, an existing one). Runs are interleaved (rlft, TRL, rlft, T
 the machine hits both alike, and the better of --repeats is kept for each. Both sides run with the
 same torch thread count, --threads (default 1: on a shared 2-core machine two OpenMP threads spin
 against other load and one step can take 5x longer, which turns every timing into noise; 0 keeps
-torch's default). Printed per method: wall time of each process, the ratio, `train_runtime` as each trainer reports it (the training loop alone), the
+torch's default). Printed per method: wall time of each process, the ratio, `train_runtime` as each
+trainer reports it (the training loop alone), the
 time outside it (start-up, imports, loading, data, saving) and the final train_loss of each (same
 seed, data order and config: they should match). A check compares the two runs' saved
 training_args.bin and prints every TrainingArguments field that differs (output paths aside): an empty
@@ -277,8 +278,8 @@ def main() -> int:
             print(f"kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"total {time.perf_counter() - started:.0f} s; torch threads {args.threads or 'default'}; load average (1 min) {load:.2f} at start, "
-          f"{os.getloadavg()[0]:.2f} at end, on {os.cpu_count()} CPUs")
+    print(f"total {time.perf_counter() - started:.0f} s; torch threads {args.threads or 'default'}; "
+          f"load average (1 min) {load:.2f} at start, {os.getloadavg()[0]:.2f} at end, on {os.cpu_count()} CPUs")
     return 0
 
 

@@ -371,7 +371,8 @@ def check(history: History, th: Thresholds | None = None, skip: set[str] | froze
 
 def repetition(text: str, n: int = 4) -> float:
     """Share of a text's character n-grams that repeat an earlier one: 0 for short or varied text, near 1
-    for a loop ("ababababab" -> 0.71, 0.04 for an ordinary English sentence). Characters, not words, so it works for any tokenizer and language.
+    for a loop ("ababababab" -> 0.71, 0.04 for an ordinary English sentence). Characters, not words, so it works for any
+    tokenizer and language.
 
     >>> repetition("12+34=46")
     0.0

@@ -626,7 +626,7 @@ def infer_signal(paths: list[str], verifier: str | None = None, **flags: Any) ->
                         "drop --verifier, or pass prompt+gold rows (answer, label, tests, schema)")
     lint_kind = {v2: k for k, v2 in KIND_TO_SIGNAL.items()}
     for kind, group in by_kind.items():
-        for path, file_rows in group:
+        for _path, file_rows in group:
             s.findings += lint_rows(file_rows, lint_kind[kind], v if kind == lead else None)
     if lead == "pairs":
         identical = sum(f.count for f in s.findings if f.code == "identical_pairs")

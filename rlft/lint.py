@@ -321,7 +321,8 @@ def _lint_pairs(rows: list[Any]) -> list[Finding]:
     out = _empty_findings(rows, ("prompt", "chosen", "rejected")) if any("prompt" in _data(r) for r in rows) \
         else _empty_findings(rows, ("chosen", "rejected"))
     identical = [_line(r, i) for i, r in enumerate(rows)
-                 if not _empty(_data(r).get("chosen")) and _key(_data(r).get("chosen")) == _key(_data(r).get("rejected"))]
+                 if not _empty(_data(r).get("chosen"))
+                 and _key(_data(r).get("chosen")) == _key(_data(r).get("rejected"))]
     if identical:
         msg = (f"chosen equals rejected in all {n} pairs: there is no preference to learn" if len(identical) == n
                else f"chosen equals rejected in {len(identical)} of {n} pairs{_lines_text(identical, len(identical))}:"

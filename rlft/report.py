@@ -118,7 +118,7 @@ def _draw(ax, panel: Panel, history: list[dict], alarms: list[dict], hline: floa
         for key in panel.keys:
             vals = ev.get(key)
             if isinstance(vals, list) and len(vals) == len(steps):
-                xy = [(s, to_float(v)) for s, v in zip(steps, vals) if to_float(v) is not None and math.isfinite(to_float(v))]
+                xy = [(s, f) for s, f in zip(steps, map(to_float, vals)) if f is not None and math.isfinite(f)]
                 ax.scatter([s for s, _ in xy], [v for _, v in xy], color="red", s=28, zorder=5)
     ax.set_title(panel.title, fontsize=10)
     ax.set_xlabel("step", fontsize=8)
@@ -184,8 +184,10 @@ def render_markdown(run: dict[str, Any], written: list[tuple[Panel, Path]]) -> s
     lines = [f"# rlft report: {method} run `{run['dir']}`", ""]
     files = ", ".join(f"`{d}`" for d in data) or "?"
     lines += [f"- method: **{method}**, model `{model}`",
-              f"- data: {files} ({summary.get('train_rows', '?')} training rows, {summary.get('eval_rows', 0)} eval rows)",
-              f"- status: **{summary.get('status', '?')}** after {steps} steps ({_duration(summary.get('wall_seconds'))})"]
+              f"- data: {files} ({summary.get('train_rows', '?')} training rows, "
+              f"{summary.get('eval_rows', 0)} eval rows)",
+              f"- status: **{summary.get('status', '?')}** after {steps} steps "
+              f"({_duration(summary.get('wall_seconds'))})"]
     watch = config.get("watch") or {}
     if watch.get("holdout"):
         lines.append(f"- held-out check: `{watch['holdout']}` scored by `{watch.get('holdout_verifier')}` every "
@@ -203,8 +205,8 @@ def render_markdown(run: dict[str, Any], written: list[tuple[Panel, Path]]) -> s
             lines.append(f"- **ALARM {a['name']}** at step {a['step']}: {a['message']}  \n  fix: {a['fix']}")
             sample = (a.get("evidence") or {}).get("top_reward_sample")
             if sample:
-                lines[-1] += (f"  \n  top-reward sample: {_cell(sample['prompt'], 40)} -> {_cell(sample['completion'])} "
-                              f"(reward {_fmt(sample['reward'])})")
+                lines[-1] += (f"  \n  top-reward sample: {_cell(sample['prompt'], 40)} -> "
+                              f"{_cell(sample['completion'])} (reward {_fmt(sample['reward'])})")
     else:
         lines.append("No alarm fired." + ("" if watch.get("holdout") or method not in ("grpo", "ppo") else
                                           " (No held-out check ran: pass --holdout FILE to watch for reward "

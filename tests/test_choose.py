@@ -127,7 +127,8 @@ class Case:
 CASES = [
     # pairs -> DPO; about 1k-5k is the usual size, fewer -> a warning with the count
     Case("flags: 2000 pairs -> dpo", ("--signal", "pairs", "--rows", "2000"), "dpo",
-         no_warn=("too_few_pairs", "taste_no_budget"), cmd=("rlft dpo --pairs PAIRS.jsonl --recipe recipes/dpo_tiny.yaml",)),
+         no_warn=("too_few_pairs", "taste_no_budget"),
+         cmd=("rlft dpo --pairs PAIRS.jsonl --recipe recipes/dpo_tiny.yaml",)),
     Case("flags: 50 pairs -> dpo + too few", ("--signal", "pairs", "--rows", "50"), "dpo", warn=("too_few_pairs",)),
     Case("data: arith 2000 pairs -> dpo", ("--data", "data:arith/pairs_train.jsonl"), "dpo",
          no_warn=("too_few_pairs", "identical_pairs", "length_bias"), ready=True,
@@ -192,7 +193,8 @@ CASES = [
          warn=("budget_low",)),
     # no model that answers usably yet -> SFT first
     Case("flags: pairs, base model -> sft then dpo", ("--signal", "pairs", "--rows", "2000", "--no-sft-model"), "sft",
-         then="dpo", cmd=("-o runs/sft", "rlft dpo --pairs PAIRS.jsonl --recipe recipes/dpo_tiny.yaml --model runs/sft")),
+         then="dpo",
+         cmd=("-o runs/sft", "rlft dpo --pairs PAIRS.jsonl --recipe recipes/dpo_tiny.yaml --model runs/sft")),
     Case("flags: pairs, SFT'd model -> dpo", ("--signal", "pairs", "--rows", "2000", "--sft-model"), "dpo",
          no_warn=("assumes_sft_model",)),
     Case("flags: verifier, base model -> sft then grpo", ("--signal", "verifier", "--rows", "1000", "--no-sft-model"),
@@ -512,9 +514,9 @@ def test_measured_flags_skip_the_preflight(monkeypatch, files):
 # --------------------------------------------------------------------------- speed, no torch
 
 def test_choose_on_10k_rows_is_fast_and_imports_no_torch(tmp_path):
-    pairs = write_jsonl(tmp_path / "pairs10k.jsonl", [{"prompt": f"Question {i}: what is {i} + {i}?",
-                                                        "chosen": f" It is {2 * i}.", "rejected": f" Maybe {2 * i + 1}."}
-                                                       for i in range(10_000)])
+    rows = [{"prompt": f"Question {i}: what is {i} + {i}?", "chosen": f" It is {2 * i}.",
+             "rejected": f" Maybe {2 * i + 1}."} for i in range(10_000)]
+    pairs = write_jsonl(tmp_path / "pairs10k.jsonl", rows)
     math = write_jsonl(tmp_path / "math10k.jsonl", [{"prompt": f"What is {i} + {i}?", "answer": str(2 * i)}
                                                     for i in range(10_000)])
     code = textwrap.dedent("""

@@ -73,7 +73,8 @@ def test_preference_identical_in_every_row_is_an_error(tmp_path):
     with pytest.raises(DataError, match="chosen equals rejected in all 100 rows"):
         validate_preference(read_rows(str(path)))
     # One identical pair among good ones is for `data lint` to flag, not a hard error.
-    write_jsonl(path, [{"prompt": "a", "chosen": "x", "rejected": "x"}, {"prompt": "b", "chosen": "y", "rejected": "z"}])
+    write_jsonl(path, [{"prompt": "a", "chosen": "x", "rejected": "x"},
+                       {"prompt": "b", "chosen": "y", "rejected": "z"}])
     validate_preference(read_rows(str(path)))
 
 

@@ -189,7 +189,8 @@ def test_shipped_verifiable_files_pick_their_verifier():
 # --------------------------------------------------------------------------- demonstrations
 
 def test_demonstration_checks():
-    data = [{"prompt": f"q{i}", "completion": f"a fine answer, number {i}, with enough words in it to be typical"} for i in range(40)]
+    data = [{"prompt": f"q{i}", "completion": f"a fine answer, number {i}, with enough words in it to be typical"}
+            for i in range(40)]
     data[1]["completion"] = ""
     data[2] = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": " "}]}
     data[3]["completion"] = "x" * 5000                   # 5000 > max(10 x median, 2000)

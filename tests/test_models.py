@@ -77,6 +77,7 @@ def test_local_dataset_folder_goes_through_datasets(tmp_path):
 
     folder = tmp_path / "my_dataset"
     folder.mkdir()
-    (folder / "train.jsonl").write_text('{"prompt": "1+1=", "completion": "2"}\n{"prompt": "2+2=", "completion": "4"}\n')
+    (folder / "train.jsonl").write_text('{"prompt": "1+1=", "completion": "2"}\n'
+                                        '{"prompt": "2+2=", "completion": "4"}\n')
     rows = read_rows(str(folder))
     assert [r.data["completion"] for r in rows] == ["2", "4"] and rows[1].line == 2

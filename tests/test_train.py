@@ -225,7 +225,8 @@ def test_sft_from_scratch_reaches_80_percent_on_held_out_addition(cli, tmp_path)
 
 def test_final_evaluation_is_not_run_twice(cli, tmp_path, tiny_dir):
     out = tmp_path / "evals"
-    eval_rows = write_jsonl(tmp_path / "eval.jsonl", [{"prompt": f"{a}+1=", "completion": str(a + 1)} for a in range(10, 26)])
+    eval_rows = write_jsonl(tmp_path / "eval.jsonl",
+                            [{"prompt": f"{a}+1=", "completion": str(a + 1)} for a in range(10, 26)])
     r = cli("sft", "--data", SFT_DATA, "--eval-data", eval_rows, "-o", out, "--max-steps", "4",
             "--set", "train.eval_steps=2", "--set", "train.logging_steps=1", *FAST)
     assert r.code == 0, r.text

@@ -67,21 +67,24 @@ def choose(
         "judgement that pairs cannot cover). With --data, only `taste` may be added.")] = None,
     data: Annotated[Optional[list[str]], typer.Option(
         "--data", "-d", help="Data file(s) to read the signal from (.jsonl/.json/.csv). Repeatable.")] = None,
-    rows: Annotated[Optional[int], typer.Option("--rows", "-n", min=0, help="How many rows you have "
-                                                "(pairs, prompts, demonstrations); read from --data when given.")] = None,
+    rows: Annotated[Optional[int], typer.Option(
+        "--rows", "-n", min=0,
+        help="How many rows you have (pairs, prompts, demonstrations); read from --data when given.")] = None,
     sft_model: Annotated[Optional[bool], typer.Option(
         "--sft-model/--no-sft-model", help="Your model already answers usably (SFT'd or instruct) / it is a "
         "base model.")] = None,
     budget: Annotated[Optional[Budget], typer.Option(
         "--budget", help="Compute budget: high = you can afford an online RL loop (4 networks, sampling).")] = None,
     verifier: Annotated[Optional[str], typer.Option(
-        "--verifier", help="Registered verifier for verifiable rows (picked from the gold fields if not given).")] = None,
+        "--verifier",
+        help="Registered verifier for verifiable rows (picked from the gold fields if not given).")] = None,
     format_only: Annotated[bool, typer.Option(
         "--format-only", help="Your verifier checks the format only, not correctness.")] = False,
     model: Annotated[Optional[str], typer.Option(
         "--model", "-m", help="Your model; with verifiable --data, a pre-flight measures its pass rate.")] = None,
     pass_rate: Annotated[Optional[float], typer.Option(
-        "--pass-rate", min=0.0, max=1.0, help="Measured share of sampled answers that pass (skip the pre-flight).")] = None,
+        "--pass-rate", min=0.0, max=1.0,
+        help="Measured share of sampled answers that pass (skip the pre-flight).")] = None,
     mixed_fraction: Annotated[Optional[float], typer.Option(
         "--mixed-fraction", min=0.0, max=1.0, help="Measured share of prompts whose G rewards differ.")] = None,
     num_generations: Annotated[int, typer.Option(

@@ -58,7 +58,8 @@ def lint(
             raise UserError(f"{path}: cannot tell what kind of rows these are (columns: {', '.join(cols)})",
                             "pass --kind demonstrations|pairs|verifiable|ratings")
         if verifier and k != "verifiable":
-            raise UserError(f"--verifier given, but {path} holds {k} rows", "drop --verifier, or pass --kind verifiable")
+            raise UserError(f"--verifier given, but {path} holds {k} rows",
+                            "drop --verifier, or pass --kind verifiable")
         v = None
         if k == "verifiable":
             v = get_verifier(verifier) if verifier else pick_verifier(rows)

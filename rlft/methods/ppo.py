@@ -744,8 +744,8 @@ def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budg
             report_and_print(out, console)
             return RunResult("stopped", out, STOPPED_EXIT_CODE)
         accelerator.wait_for_everyone()
-        final: dict[str, Any] = {"episodes": episodes,
-                                 "episodes_per_second": round((episodes - start_episodes) / max(train_seconds, 1e-9), 3)}
+        rate = (episodes - start_episodes) / max(train_seconds, 1e-9)
+        final: dict[str, Any] = {"episodes": episodes, "episodes_per_second": round(rate, 3)}
         if main:
             inner.policy.save_pretrained(str(out))
             tok.save_pretrained(str(out))

@@ -116,7 +116,7 @@ def _locate(text: str) -> tuple[str, Any]:
             return "tag", _AMBIGUOUS
         return "tag", tagged[-1] if 0 < len(tagged[-1]) <= MAX_ANSWER_CHARS else None
     marker = None
-    for marker in _MARKER_RE.finditer(stripped):
+    for marker in _MARKER_RE.finditer(stripped):  # noqa: B007 - keep the last marker
         pass
     if marker is not None:
         rest = stripped[marker.end():].lstrip(" \t\r\n:：")
