@@ -64,6 +64,12 @@ DRIFT_MIN_DROP = 1.0
 HACK_MIN_RISE = 0.4
 HACK_MAX_HELDOUT_GAIN = 0.02
 HACK_REWARD_LOGS = 3
+# A held-out score that *fell* by 0.1 or more (20 rows in 200: past sampling noise, ~0.035 at 200 rows) while
+# the reward rose is stronger evidence than a flat one, so a quarter of the rise suffices. Measured: PPO
+# against the tiny demo reward model (held-out pair accuracy 0.56) raised the reward 0.61 -> 0.72 (+0.26
+# reward_std) by step 100 while held-out pass@1 fell 0.535 -> 0.285; the 0.4 rule alone never fired there.
+HACK_HELDOUT_DROP = 0.1
+HACK_RISE_SHARE_ON_DROP = 0.25
 
 # --- length / repetition hacking: between two held-out checks the completions grew 1.5x longer (and by
 # at least 2 tokens, so 2 -> 3 tokens stays quiet), or their repetition (share of repeated 4-grams)
@@ -107,6 +113,7 @@ class Thresholds:
     drift_min_drop: float = DRIFT_MIN_DROP
     hacking_min_rise: float = HACK_MIN_RISE
     hacking_max_heldout_gain: float = HACK_MAX_HELDOUT_GAIN
+    hacking_heldout_drop: float = HACK_HELDOUT_DROP
     length_max_ratio: float = LENGTH_MAX_RATIO
     repetition_min_rise: float = REPETITION_MIN_RISE
     ignore: tuple[str, ...] = ()
@@ -299,7 +306,8 @@ def _flat_heldout_pairs(history: History, th: Thresholds):
 
 def reward_hacking(history: History, th: Thresholds) -> Alarm | None:
     """The training reward rose by hacking_min_rise x its starting spread (reward_std) between two held-out
-    checks while held-out pass@1 gained at most hacking_max_heldout_gain: the reward is being gamed."""
+    checks while held-out pass@1 gained at most hacking_max_heldout_gain, or by a quarter of that while
+    held-out pass@1 fell by hacking_heldout_drop or more: the reward is being gamed."""
     rewards = [p for p in series(history, "reward") if math.isfinite(p[1])]
     if len(rewards) < 2:
         return None
@@ -307,7 +315,9 @@ def reward_hacking(history: History, th: Thresholds) -> Alarm | None:
     scale = _mean(spread) if spread and _mean(spread) > 0 else 1.0
     for (s0, h0), (s1, h1) in _flat_heldout_pairs(history, th):
         r0, r1 = _reward_at(rewards, s0), _reward_at(rewards, s1)
-        if r1 - r0 >= th.hacking_min_rise * scale and any(s0 < s <= s1 for s, _ in rewards):
+        fell = h0 - h1 >= th.hacking_heldout_drop
+        need = th.hacking_min_rise * (HACK_RISE_SHARE_ON_DROP if fell else 1.0) * scale
+        if r1 - r0 >= need and r1 > r0 and any(s0 < s <= s1 for s, _ in rewards):
             return Alarm("reward_hacking", s1,
                          f"training reward rose {r0:.3g} -> {r1:.3g} (+{(r1 - r0) / scale:.1f} reward_std) "
                          f"between steps {s0} and {s1} while held-out pass@1 went {h0:.3g} -> {h1:.3g}",

@@ -126,6 +126,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
                                   minimum=0.0, rlft_only=True),
         "hacking_max_heldout_gain": Field("float", 0.02, "hacking alarms: held-out gain that still counts as "
                                           "flat", rlft_only=True),
+        "hacking_heldout_drop": Field("float", 0.1, "reward-hacking alarm: held-out fall that lowers the "
+                                      "needed reward rise to a quarter", minimum=0.0, rlft_only=True),
         "length_max_ratio": Field("float", 1.5, "length alarm: growth of the mean completion length",
                                   minimum=1.0, rlft_only=True),
         "repetition_min_rise": Field("float", 0.2, "length alarm: rise of the completions' repetition",

@@ -36,6 +36,16 @@ class Row:
     after: Optional[float]
     wall: float
     run_dir: str
+    alarms: str = ""
+
+
+def _alarms(out: Path) -> str:
+    """The alarms a stage raised, as 'name@step' (from its alarms.jsonl), or ''."""
+    path = out / "alarms.jsonl"
+    if not path.exists():
+        return ""
+    fired = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return ", ".join(f"{a.get('name')}@{a.get('step')}" for a in fired)
 
 
 def _rlft(*args: str) -> None:
@@ -90,25 +100,28 @@ class Pipeline:
         final = summary.get("final_metrics", {})
         if method == "reward":
             self.rows.append(Row(name, method, "held-out pair accuracy", None,
-                                 final.get("heldout_pair_accuracy"), wall, str(out)))
+                                 final.get("heldout_pair_accuracy"), wall, str(out), _alarms(out)))
         else:
             before = self.score(model)
-            self.rows.append(Row(name, method, "held-out pass@1", before, self.score(str(out)), wall, str(out)))
+            self.rows.append(Row(name, method, "held-out pass@1", before, self.score(str(out)), wall, str(out),
+                                 _alarms(out)))
         return str(out)
 
     def table(self, title: str) -> None:
         table = Table(title=title)
-        for col in ("stage", "method", "metric", "before", "after", "wall time"):
+        for col in ("stage", "method", "metric", "before", "after", "wall time", "alarms"):
             table.add_column(col, justify="right" if col in ("before", "after", "wall time") else "left")
         fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
         for r in self.rows:
-            table.add_row(r.stage, r.method, r.metric, fmt(r.before), fmt(r.after), f"{r.wall:.0f} s")
+            table.add_row(r.stage, r.method, r.metric, fmt(r.before), fmt(r.after), f"{r.wall:.0f} s",
+                          r.alarms or "-")
         console.print(table)
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "pipeline.json").write_text(json.dumps([r.__dict__ for r in self.rows], indent=2))
-        lines = ["| stage | method | metric | before | after | wall time |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r.stage} | {r.method} | {r.metric} | {fmt(r.before)} | {fmt(r.after)} | {r.wall:.0f} s |"
-                  for r in self.rows]
+        lines = ["| stage | method | metric | before | after | wall time | alarms |",
+                 "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r.stage} | {r.method} | {r.metric} | {fmt(r.before)} | {fmt(r.after)} | {r.wall:.0f} s "
+                  f"| {r.alarms or '-'} |" for r in self.rows]
         (self.root / "pipeline.md").write_text(f"# {title}\n\n" + "\n".join(lines) + "\n")
         console.print(f"table: {self.root / 'pipeline.md'}; run reports: {self.root}/*/report/")
 

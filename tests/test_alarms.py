@@ -311,7 +311,11 @@ def test_real_math_verifier_run_raises_no_alarm():
 
 def test_real_reward_model_run_raises_the_hacking_alarm_at_the_first_check_after_the_hack():
     h = real_history(RM_LOGS, RM_HELDOUT)
-    assert first_alarms(h) == {"reward_hacking": 75, "length_hacking": 75}
+    # Step 50: held-out 0.55 -> 0.04 with a small reward rise (the held-out-drop branch); step 75: the
+    # reward has jumped past 0.4 reward_std and the completions grew (length hacking).
+    assert first_alarms(h) == {"reward_hacking": 50, "length_hacking": 75}
+    alarm = alarms.reward_hacking([r for r in h if r["step"] <= 50], TH)
+    assert alarm.evidence["heldout/pass_at_1"] == [0.55, 0.04]
     alarm = alarms.reward_hacking([r for r in h if r["step"] <= 75], TH)
     assert alarm.evidence["heldout/pass_at_1"] == [0.55, 0.0]
     assert alarm.evidence["reward"][1] > alarm.evidence["reward"][0] + 0.25
@@ -380,3 +384,19 @@ def test_watch_modules_import_no_heavy_library():
             "('torch', 'transformers', 'trl', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_reward_hacking_fires_on_a_small_rise_when_heldout_falls():
+    # The demo's PPO-vs-reward-model run (metrics.jsonl, rounded): reward +0.26 reward_std by step 100, held-out
+    # 0.535 -> 0.285. Below the 0.4 rise a flat held-out needs; a fall of 0.25 needs only a quarter of it.
+    rewards = [0.589, 0.633, 0.621, 0.665, 0.67, 0.695, 0.723, 0.719, 0.714, 0.718]
+    h = hacking_history(rewards, [0.535, 0.29, 0.285], reward_std=0.4)
+    alarm = alarms.reward_hacking(h, TH)
+    assert alarm is not None and alarm.step == 100 and alarm.evidence["steps"] == [0, 100]
+    # The same rewards with a flat held-out score stay under the flat-held-out threshold.
+    assert alarms.reward_hacking(hacking_history(rewards, [0.535, 0.53, 0.535], reward_std=0.4), TH) is None
+    # A smaller fall (0.05) is treated as noise: the full rise is needed.
+    assert alarms.reward_hacking(hacking_history(rewards, [0.535, 0.50, 0.485], reward_std=0.4), TH) is None
+    # A reward that did not rise never counts, however far held-out fell.
+    flat = [0.6] * 10
+    assert alarms.reward_hacking(hacking_history(flat, [0.535, 0.3, 0.2], reward_std=0.4), TH) is None
