@@ -104,7 +104,9 @@ def _resolve(method: str, recipe, flags: dict, sets, print_config: bool, resume:
 
 
 def _finish(result) -> None:
-    if result.status == "completed":
+    from rlft.run import is_main_process
+
+    if result.status == "completed" and is_main_process():
         shown = {k: round(v, 4) for k, v in result.metrics.items() if isinstance(v, float)}
         err_console.print(f"[green]done[/]: {result.output_dir}  {shown}")
     raise typer.Exit(result.exit_code)

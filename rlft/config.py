@@ -525,6 +525,27 @@ def _cross_checks(method: str, merged: Layer) -> list[str]:
     if values.get("model.load_in_4bit") and not values.get("model.lora.enabled"):
         problems.append("model.load_in_4bit = true needs model.lora.enabled = true (4-bit weights cannot be "
                         "trained directly; QLoRA trains an adapter)")
+    if method == "grpo":
+        problems += _vllm_checks(values)
+    return problems
+
+
+VLLM_MODES = ("colocate", "server")
+
+
+def _vllm_checks(values: dict[str, Any]) -> list[str]:
+    """GRPO's vLLM options pass straight to TRL's GRPOConfig, which accepts any vllm_mode string and only
+    finds a missing vLLM once the trainer is built: both are caught here, before any model loads."""
+    import importlib.util
+
+    problems = []
+    mode = values.get("grpo.vllm_mode")
+    if mode is not None and mode not in VLLM_MODES:
+        problems.append(f"grpo.vllm_mode = {mode}: expected one of {', '.join(VLLM_MODES)}"
+                        f"{_did_you_mean(str(mode), VLLM_MODES)}")
+    if values.get("grpo.use_vllm") and importlib.util.find_spec("vllm") is None:
+        problems.append("grpo.use_vllm = true but vLLM is not installed: `pip install vllm` on the GPU machine "
+                        "(server mode: start `trl vllm-serve --model ...` first), or set grpo.use_vllm=false")
     return problems
 
 

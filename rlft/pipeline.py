@@ -108,6 +108,7 @@ class Pipeline:
         return str(out)
 
     def table(self, title: str) -> None:
+        """Print the closing table and write it to OUT/pipeline.{json,md} with a before/after chart."""
         table = Table(title=title)
         for col in ("stage", "method", "metric", "before", "after", "wall time", "alarms"):
             table.add_column(col, justify="right" if col in ("before", "after", "wall time") else "left")
@@ -115,15 +116,39 @@ class Pipeline:
         for r in self.rows:
             table.add_row(r.stage, r.method, r.metric, fmt(r.before), fmt(r.after), f"{r.wall:.0f} s",
                           r.alarms or "-")
-        console.print(table)
+        # Wide enough for the alarms column even when stdout is not a terminal (rich then assumes 80).
+        Console(width=max(console.width, 120)).print(table)
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "pipeline.json").write_text(json.dumps([r.__dict__ for r in self.rows], indent=2))
         lines = ["| stage | method | metric | before | after | wall time | alarms |",
                  "|---|---|---|---|---|---|---|"]
         lines += [f"| {r.stage} | {r.method} | {r.metric} | {fmt(r.before)} | {fmt(r.after)} | {r.wall:.0f} s "
                   f"| {r.alarms or '-'} |" for r in self.rows]
-        (self.root / "pipeline.md").write_text(f"# {title}\n\n" + "\n".join(lines) + "\n")
-        console.print(f"table: {self.root / 'pipeline.md'}; run reports: {self.root}/*/report/")
+        chart = self.chart(title)
+        (self.root / "pipeline.md").write_text(f"# {title}\n\n" + "\n".join(lines) + f"\n\n![stages]({chart.name})\n")
+        console.print(f"table: {self.root / 'pipeline.md'}; chart: {chart}; run reports: {self.root}/*/report/")
+
+    def chart(self, title: str) -> Path:
+        """OUT/pipeline.png: each stage's held-out score before and after, alarms named under the bars."""
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(1.6 * len(self.rows) + 2, 3.6), dpi=110, layout="constrained")
+        ax = fig.add_subplot()
+        xs = range(len(self.rows))
+        ax.bar([x - 0.2 for x in xs], [r.before or 0 for r in self.rows], 0.4, label="before", color="#9aa5b1")
+        ax.bar([x + 0.2 for x in xs], [r.after or 0 for r in self.rows], 0.4, label="after", color="#2b6cb0")
+        for x, r in zip(xs, self.rows):
+            if r.after is not None:
+                ax.annotate(f"{r.after:.3f}", (x + 0.2, r.after), ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(list(xs), [f"{r.stage}\n{r.metric.replace('held-out ', '')}"
+                                 + (f"\n{r.alarms}" if r.alarms else "") for r in self.rows], fontsize=8)
+        ax.set_ylim(0, 1.1)
+        ax.set_ylabel("held-out score")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8, loc="upper left")
+        path = self.root / "pipeline.png"
+        fig.savefig(path)
+        return path
 
 
 Model = Annotated[str, typer.Option(help="Starting model (local folder, hub id or tiny).")]

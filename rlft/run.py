@@ -27,6 +27,12 @@ from rlft.errors import UserError
 RUN_MARKERS = ("summary.json", "config.yaml")
 
 
+def is_main_process() -> bool:
+    """True unless this is a secondary process of a multi-process launch (torchrun, `accelerate launch`,
+    deepspeed: they all set RANK). Only the main process creates, deletes or writes the run folder."""
+    return int(os.environ.get("RANK") or 0) == 0
+
+
 def default_output_dir(method: str) -> str:
     return f"runs/{method}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -136,10 +142,11 @@ class Interrupt:
 class RunRecord:
     """summary.json for one run, updated as the run goes."""
 
-    def __init__(self, out: Path, method: str, resumed_from: str | None = None) -> None:
+    def __init__(self, out: Path, method: str, resumed_from: str | None = None, write: bool = True) -> None:
         self.out = out
+        self.write = write  # False on the secondary processes of a multi-process run
         self.started = time.time()
-        prior = read_json(out / "summary.json") if (out / "summary.json").exists() else {}
+        prior = read_json(out / "summary.json") if write and (out / "summary.json").exists() else {}
         self.summary: dict[str, Any] = {
             "method": method,
             "status": "running",
@@ -160,4 +167,5 @@ class RunRecord:
         self.save()
 
     def save(self) -> None:
-        write_json(self.out / "summary.json", self.summary)
+        if self.write:
+            write_json(self.out / "summary.json", self.summary)

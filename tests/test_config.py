@@ -70,6 +70,40 @@ def test_qlora_needs_lora():
         resolve("sft", None, {}, ["model.load_in_4bit=true"])
 
 
+def test_vllm_options_pass_through_to_grpo_config(tmp_path, monkeypatch):
+    """GRPO's vLLM generation (colocate and server) reaches TRL's GRPOConfig unchanged."""
+    import importlib.util
+
+    from trl import GRPOConfig
+
+    from rlft.methods.common import build_trl_config
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",  # pretend vLLM is installed (it is not on this machine)
+                        lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
+    recipe = ROOT / "recipes/grpo_qwen0.5b_lora.yaml"
+    for mode, extra in (("colocate", ["grpo.vllm_gpu_memory_utilization=0.4"]),
+                        ("server", ["grpo.vllm_server_host=10.0.0.2", "grpo.vllm_server_port=8001"])):
+        cfg = resolve("grpo", recipe, {}, ["grpo.use_vllm=true", f"grpo.vllm_mode={mode}", *extra])
+        args = build_trl_config(cfg, GRPOConfig, tmp_path / mode, False)
+        assert args.use_vllm is True and args.vllm_mode == mode
+    assert args.vllm_server_host == "10.0.0.2" and args.vllm_server_port == 8001
+
+
+def test_vllm_mode_and_missing_vllm_are_caught_before_loading(monkeypatch):
+    with pytest.raises(UserError, match=r"grpo.vllm_mode = colocated: expected one of colocate, server "
+                                        r"\(did you mean 'colocate'\?\)"):
+        resolve("grpo", None, {}, ["grpo.vllm_mode=colocated"])
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    with pytest.raises(UserError, match="grpo.use_vllm = true but vLLM is not installed: `pip install vllm`"):
+        resolve("grpo", None, {}, ["grpo.use_vllm=true"])
+    resolve("grpo", None, {}, ["grpo.use_vllm=false"])  # off: no vLLM needed
+
+
 def test_bad_set_syntax():
     with pytest.raises(UserError, match="is not section.key=value"):
         resolve("sft", None, {}, ["beta"])

@@ -31,6 +31,7 @@ def test_stage_measures_heldout_before_and_after_and_writes_the_table(tmp_path, 
     p.table("test")
     md = (tmp_path / "runs/pipeline.md").read_text()
     assert "| sft | sft | held-out pass@1 | 0.000 |" in md
+    assert (tmp_path / "runs/pipeline.png").stat().st_size > 5000 and "![stages](pipeline.png)" in md
     saved = json.loads((tmp_path / "runs/pipeline.json").read_text())
     assert saved[0]["after"] == row.after
     # reuse=True skips a stage whose run completed (the shared SFT of `make demo`)

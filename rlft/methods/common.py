@@ -8,6 +8,7 @@ eval_rows)` returning a trainer, plus its data kind.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from rich.console import Console
 from rlft.config import RunConfig, trl_kwargs
 from rlft.errors import UserError
 from rlft.monitor import make_run_callback
-from rlft.run import Interrupt, RunRecord, last_checkpoint, prepare_output_dir, versions, write_json
+from rlft.run import Interrupt, RunRecord, is_main_process, last_checkpoint, prepare_output_dir, versions, write_json
 
 
 @dataclass
@@ -47,6 +48,10 @@ def hardware_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["fp16"] = False
     if kwargs.get("gradient_checkpointing") is None:
         kwargs["gradient_checkpointing"] = cuda
+    # Under torchrun on a machine without CUDA, transformers only sets up DDP (gloo) with use_cpu; without it
+    # every process trains alone on the whole data set.
+    if not cuda and int(os.environ.get("WORLD_SIZE") or 1) > 1:
+        kwargs["use_cpu"] = True
     return kwargs
 
 
@@ -82,21 +87,32 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
     from rlft.data import load_split
     from rlft.monitor import STOPPED_EXIT_CODE, prepare_watch
     from rlft.quiet import quiet_libraries
-    from rlft.report import report_and_print as _report
+    from rlft.report import report_and_print
 
     quiet_libraries()
-    console = console or Console(stderr=True)
+    # Under torchrun / accelerate launch every process runs this; only the main one checks, creates and writes
+    # the run folder (a secondary process would otherwise find it "not empty") and prints.
+    main = is_main_process()
+    console = (console or Console(stderr=True)) if main else Console(quiet=True)
     train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed)  # validate before writing
     watch = prepare_watch(cfg)  # thresholds, alarm names, the holdout file: also before writing
-    if not resume:  # refuse a busy output_dir before any slow work
+    if not resume and main:  # refuse a busy output_dir before any slow work
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
     if prepare:
         prepare(cfg, train_rows, eval_rows)
-    out = prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, resume=resume)
+    if main:
+        out = prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, resume=resume)
+        (out / "config.yaml").write_text(cfg.to_yaml())
+        write_json(out / "versions.json", versions())
+    else:
+        out = Path(cfg.train.output_dir)
     ckpt = last_checkpoint(out) if resume else None
-    (out / "config.yaml").write_text(cfg.to_yaml())
-    write_json(out / "versions.json", versions())
-    record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None)
+    record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None, write=main)
+
+    def _report(out: Path, console: Console) -> None:
+        if main:
+            report_and_print(out, console)
+
     record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train))
     interrupt = Interrupt()
     callback = None
