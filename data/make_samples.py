@@ -919,10 +919,56 @@ def make_code() -> dict[str, list[dict]]:
 
 
 # --------------------------------------------------------------------------------------------------------
+# Word problems: one-step arithmetic in a sentence, with the number answer (`answer`, for the math verifier)
+# and a worked demonstration (`completion`, ending "The answer is N.", for SFT). Held out by question text.
+
+N_WORD_TRAIN, N_WORD_TEST = 600, 150
+WORD_NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jo", "Kemal", "Lena",
+              "Mo", "Nia", "Omar", "Pia", "Raj", "Sofia", "Tom", "Uma"]
+WORD_ITEMS = ["apples", "stickers", "marbles", "books", "pencils", "cards", "coins", "stamps", "shells",
+              "cookies"]
+
+
+def word_problem(rng: random.Random) -> tuple[str, str, int]:
+    """(question, worked solution, answer) for one of four one-step operations."""
+    name, item = rng.choice(WORD_NAMES), rng.choice(WORD_ITEMS)
+    op = rng.choice(["add", "sub", "mul", "div"])
+    if op == "add":
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        q = f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?"
+        return q, f"{a} + {b} = {a + b}. The answer is {a + b}.", a + b
+    if op == "sub":
+        a = rng.randint(20, 99)
+        b = rng.randint(10, a - 1)
+        q = f"{name} had {a} {item} and gave {b} away. How many {item} are left?"
+        return q, f"{a} - {b} = {a - b}. The answer is {a - b}.", a - b
+    k, a = rng.randint(2, 9), rng.randint(3, 12)
+    if op == "mul":
+        q = f"A box holds {a} {item}. How many {item} are in {k} boxes?"
+        return q, f"{k} x {a} = {k * a}. The answer is {k * a}.", k * a
+    q = f"{name} shares {k * a} {item} equally among {k} friends. How many {item} does each friend get?"
+    return q, f"{k * a} / {k} = {a}. The answer is {a}.", a
+
+
+def make_word_problems() -> dict[str, list[dict]]:
+    rng = rng_for("word_problems")
+    seen: set[str] = set()
+    rows = []
+    while len(rows) < N_WORD_TRAIN + N_WORD_TEST:
+        q, worked, answer = word_problem(rng)
+        if q not in seen:
+            seen.add(q)
+            rows.append({"prompt": check_text(q, MAX_ANSWER, "prompt"), "completion": worked,
+                         "answer": str(answer)})
+    test = [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows[N_WORD_TRAIN:]]
+    return {"word_problems/train.jsonl": rows[:N_WORD_TRAIN], "word_problems/test.jsonl": test}
+
+
+# --------------------------------------------------------------------------------------------------------
 
 def build() -> dict[str, list[dict]]:
     files: dict[str, list[dict]] = {}
-    for part in (make_support(), make_triage(), make_json_extract(), make_code()):
+    for part in (make_support(), make_triage(), make_json_extract(), make_code(), make_word_problems()):
         files.update(part)
     return files
 

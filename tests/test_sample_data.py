@@ -31,6 +31,8 @@ FILES = {
     "json_extract/train.jsonl": (200, "json_extract"),
     "json_extract/eval.jsonl": (50, "json_extract"),
     "code/tasks.jsonl": (43, "code"),
+    "word_problems/train.jsonl": (600, "word_problems"),
+    "word_problems/test.jsonl": (150, "word_problems"),
 }
 MAX_PROMPT, MAX_ANSWER = 160, 200  # exclusive bounds on support texts (the tiny char model's budget)
 MAX_FILE_BYTES = 300_000
@@ -256,3 +258,30 @@ def test_readme_names_every_file_and_quotes_real_rows():
     assert examples
     for text in examples:
         assert json.loads(text) in shipped, f"data/README.md quotes a row that is not shipped: {text[:80]}"
+
+
+@pytest.mark.parametrize("rel", ["word_problems/train.jsonl", "word_problems/test.jsonl"])
+def test_word_problems(rel):
+    data = rows(rel)
+    assert len(data) == FILES[rel][0]
+    ops = Counter()
+    for i, r in enumerate(data, 1):
+        where = f"{rel}:{i}"
+        assert set(r) == ({"prompt", "completion", "answer"} if "train" in rel else {"prompt", "answer"}), where
+        assert r["prompt"].endswith("?") and tiny_vocab(r["prompt"]) and r["answer"].isdigit(), where
+        if "completion" in r:
+            m = re.fullmatch(r"(\d+) ([-+x/]) (\d+) = (\d+)\. The answer is (\d+)\.", r["completion"])
+            assert m, f"{where}: {r['completion']!r}"
+            a, op, b, c, final = m.groups()
+            value = {"+": int(a) + int(b), "-": int(a) - int(b), "x": int(a) * int(b), "/": int(a) / int(b)}[op]
+            assert value == int(c) == int(final) == int(r["answer"]), where
+            assert a in r["prompt"] and b in r["prompt"], f"{where}: the numbers come from the question"
+            ops[op] += 1
+    if ops:
+        assert set(ops) == {"+", "-", "x", "/"} and min(ops.values()) > 100, ops
+
+
+def test_word_problem_splits_disjoint():
+    train = {r["prompt"] for r in rows("word_problems/train.jsonl")}
+    test = {r["prompt"] for r in rows("word_problems/test.jsonl")}
+    assert len(train) == 600 and len(test) == 150 and not train & test
