@@ -76,7 +76,7 @@ model_dir, data, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.arg
 tok = AutoTokenizer.from_pretrained(model_dir)
 model = AutoModelForCausalLM.from_pretrained(model_dir)
 ds = load_dataset("json", data_files=data, split="train")
-args = DPOConfig(output_dir=out, learning_rate=0.0005, max_steps=steps, per_device_train_batch_size=32,
+args = DPOConfig(output_dir=out, learning_rate=0.0001, max_steps=steps, per_device_train_batch_size=32,
     logging_steps=10, save_steps=200, beta=0.1, loss_type="sigmoid", max_length=32,
     {COMMON_ARGS})
 trainer = DPOTrainer(model=model, args=args, processing_class=tok, train_dataset=ds)

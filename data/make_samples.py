@@ -920,7 +920,8 @@ def make_code() -> dict[str, list[dict]]:
 
 # --------------------------------------------------------------------------------------------------------
 # Word problems: one-step arithmetic in a sentence, with the number answer (`answer`, for the math verifier)
-# and a worked demonstration (`completion`, ending "The answer is N.", for SFT). Held out by question text.
+# and a worked demonstration (`completion`, ending "The answer is N.", for SFT). Held out by (operation,
+# numbers): a test question never differs from a training one by the name or the item alone.
 
 N_WORD_TRAIN, N_WORD_TEST = 600, 150
 WORD_NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jo", "Kemal", "Lena",
@@ -930,7 +931,7 @@ WORD_ITEMS = ["apples", "stickers", "marbles", "books", "pencils", "cards", "coi
 
 
 def word_problem(rng: random.Random) -> tuple[str, str, int]:
-    """(question, worked solution, answer) for one of four one-step operations."""
+    """(question, worked solution "a op b = c. The answer is c.", answer) for one of four operations."""
     name, item = rng.choice(WORD_NAMES), rng.choice(WORD_ITEMS)
     op = rng.choice(["add", "sub", "mul", "div"])
     if op == "add":
@@ -953,15 +954,22 @@ def word_problem(rng: random.Random) -> tuple[str, str, int]:
 def make_word_problems() -> dict[str, list[dict]]:
     rng = rng_for("word_problems")
     seen: set[str] = set()
-    rows = []
-    while len(rows) < N_WORD_TRAIN + N_WORD_TEST:
+    split: dict[str, str] = {}  # the worked equation (operation + numbers) -> "train" | "test"
+    rows: dict[str, list[dict]] = {"train": [], "test": []}
+    size = {"train": N_WORD_TRAIN, "test": N_WORD_TEST}
+    while len(rows["train"]) < N_WORD_TRAIN or len(rows["test"]) < N_WORD_TEST:
         q, worked, answer = word_problem(rng)
-        if q not in seen:
-            seen.add(q)
-            rows.append({"prompt": check_text(q, MAX_ANSWER, "prompt"), "completion": worked,
-                         "answer": str(answer)})
-    test = [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows[N_WORD_TRAIN:]]
-    return {"word_problems/train.jsonl": rows[:N_WORD_TRAIN], "word_problems/test.jsonl": test}
+        key = worked.split(".")[0]
+        if key not in split:
+            split[key] = "test" if rng.random() < 0.2 else "train"
+        part = split[key]
+        if q in seen or len(rows[part]) >= size[part]:
+            continue
+        seen.add(q)
+        row = {"prompt": check_text(q, MAX_ANSWER, "prompt"), "answer": str(answer)}
+        rows[part].append({**row, "completion": worked} if part == "train" else row)
+    train = [{"prompt": r["prompt"], "completion": r["completion"], "answer": r["answer"]} for r in rows["train"]]
+    return {"word_problems/train.jsonl": train, "word_problems/test.jsonl": rows["test"]}
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -64,12 +64,15 @@ DRIFT_MIN_DROP = 1.0
 HACK_MIN_RISE = 0.4
 HACK_MAX_HELDOUT_GAIN = 0.02
 HACK_REWARD_LOGS = 3
-# A held-out score that *fell* by 0.1 or more (20 rows in 200: past sampling noise, ~0.035 at 200 rows) while
-# the reward rose is stronger evidence than a flat one, so a quarter of the rise suffices. Measured: PPO
-# against the tiny demo reward model (held-out pair accuracy 0.56) raised the reward 0.61 -> 0.72 (+0.26
-# reward_std) by step 100 while held-out pass@1 fell 0.535 -> 0.285; the 0.4 rule alone never fired there.
+# A held-out score that *fell* while the reward rose is stronger evidence than a flat one, so a quarter of the
+# rise suffices. "Fell" means by at least 0.1 and by at least 3 standard errors of the earlier score
+# (sqrt(p(1-p)/n), n = heldout/n rows: 0.106 at p 0.535 on 200 rows, 0.15 on 100), so sampling noise on a
+# small held-out set does not count. Measured: PPO against the tiny demo reward model (held-out pair
+# accuracy 0.56) raised the reward 0.61 -> 0.72 (+0.26 reward_std) by step 100 while held-out pass@1 fell
+# 0.535 -> 0.285 on 200 rows; the 0.4 rule alone never fired there.
 HACK_HELDOUT_DROP = 0.1
 HACK_RISE_SHARE_ON_DROP = 0.25
+HACK_DROP_STDERRS = 3.0
 
 # --- length / repetition hacking: between two held-out checks the completions grew 1.5x longer (and by
 # at least 2 tokens, so 2 -> 3 tokens stays quiet), or their repetition (share of repeated 4-grams)
@@ -304,6 +307,16 @@ def _flat_heldout_pairs(history: History, th: Thresholds):
     return [(c, last) for c in checks[:-1] if c[0] < last[0] and last[1] - c[1] <= th.hacking_max_heldout_gain]
 
 
+def _needed_drop(history: History, th: Thresholds, step: int, score: float) -> float:
+    """The held-out fall that counts as real: hacking_heldout_drop, or 3 standard errors of the score at
+    `step` when the check logged its row count (heldout/n), whichever is larger."""
+    rows = [v for s, v in series(history, "heldout/n") if s == step and v > 0]
+    if not rows:
+        return th.hacking_heldout_drop
+    stderr = math.sqrt(max(score * (1 - score), 0.0) / rows[-1])
+    return max(th.hacking_heldout_drop, HACK_DROP_STDERRS * stderr)
+
+
 def reward_hacking(history: History, th: Thresholds) -> Alarm | None:
     """The training reward rose by hacking_min_rise x its starting spread (reward_std) between two held-out
     checks while held-out pass@1 gained at most hacking_max_heldout_gain, or by a quarter of that while
@@ -315,7 +328,7 @@ def reward_hacking(history: History, th: Thresholds) -> Alarm | None:
     scale = _mean(spread) if spread and _mean(spread) > 0 else 1.0
     for (s0, h0), (s1, h1) in _flat_heldout_pairs(history, th):
         r0, r1 = _reward_at(rewards, s0), _reward_at(rewards, s1)
-        fell = h0 - h1 >= th.hacking_heldout_drop
+        fell = h0 - h1 >= _needed_drop(history, th, s0, h0) - 1e-9
         need = th.hacking_min_rise * (HACK_RISE_SHARE_ON_DROP if fell else 1.0) * scale
         if r1 - r0 >= need and r1 > r0 and any(s0 < s <= s1 for s, _ in rewards):
             return Alarm("reward_hacking", s1,

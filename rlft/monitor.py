@@ -38,7 +38,7 @@ from rich.progress import (
 )
 
 from rlft.alarms import Alarm, Thresholds, check, repetition
-from rlft.run import Interrupt
+from rlft.run import Interrupt, is_main_process
 
 # The keys shown on the progress line, in order, when the trainer logs them.
 SHOWN = ("loss", "reward", "rewards/accuracies", "rewards/margins", "kl", "entropy", "eval_loss",
@@ -234,12 +234,13 @@ class Watcher:
         # alarms already raised are not raised again.
         self.history: list[dict] = read_jsonl(self.out / "metrics.jsonl")
         self.fired: list[dict] = read_jsonl(self.out / ALARMS_FILE)
-        self.metrics = open(self.out / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 - open for the run
+        # Only the main process of a multi-process run writes (every process runs the rules alike).
+        self.main = is_main_process()
+        self.metrics = open(self.out / "metrics.jsonl", "a", buffering=1) if self.main else None  # noqa: SIM115
         self.stopped_by: Alarm | None = None
         self.recorder: RolloutRecorder | None = None
         self.last_heldout: list[dict] = []
         self.last_samples_step: int | None = None
-        self.main = True  # only the main process writes and prints (every process runs the rules alike)
 
     @property
     def alarm_names(self) -> list[str]:
@@ -330,7 +331,7 @@ class Watcher:
         return entry
 
     def close(self) -> None:
-        if not self.metrics.closed:
+        if self.metrics is not None and not self.metrics.closed:
             self.metrics.close()
 
 
@@ -392,7 +393,6 @@ def make_run_callback(out: Path, interrupt: Interrupt, console: Console, label: 
         # ---- hooks
         def on_train_begin(self, args, state, control, **kwargs):
             self.max_steps = state.max_steps
-            self.watcher.main = state.is_world_process_zero
             self.progress = progress_bar(console)
             self.progress.start()
             self.task = self.progress.add_task(label, total=state.max_steps, completed=state.global_step,
@@ -431,7 +431,8 @@ def make_run_callback(out: Path, interrupt: Interrupt, console: Console, label: 
             if self.progress is not None:
                 self.progress.update(self.task, completed=state.global_step)
                 self.progress.stop()
-            self.watcher.metrics.flush()
+            if self.watcher.metrics is not None:
+                self.watcher.metrics.flush()
 
         # ---- helpers
         def _heldout(self, state, control, kwargs) -> None:

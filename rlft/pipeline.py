@@ -7,8 +7,8 @@
 
 Each stage runs the real `rlft` command in-process (the same code path as typing it). Every number in the
 closing table is measured in this run: held-out pass@1 (greedy, math verifier) before -> after each
-stage, the reward model's held-out pair accuracy, and wall time. The table is also written to
-OUT/pipeline.json and OUT/pipeline.md.
+stage, the reward model's held-out pair accuracy, wall time and the alarms each stage raised. The table is
+also written to OUT/pipeline.json and OUT/pipeline.md, with a bar chart of the scores in OUT/pipeline.png.
 """
 
 from __future__ import annotations
@@ -44,8 +44,13 @@ def _alarms(out: Path) -> str:
     path = out / "alarms.jsonl"
     if not path.exists():
         return ""
-    fired = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return ", ".join(f"{a.get('name')}@{a.get('step')}" for a in fired)
+    fired = []
+    for line in path.read_text().splitlines():
+        try:
+            fired.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by a killed run
+            continue
+    return ", ".join(f"{a.get('name')}@{a.get('step')}" for a in fired if isinstance(a, dict))
 
 
 def _rlft(*args: str) -> None:
@@ -135,8 +140,12 @@ class Pipeline:
         fig = Figure(figsize=(1.6 * len(self.rows) + 2, 3.6), dpi=110, layout="constrained")
         ax = fig.add_subplot()
         xs = range(len(self.rows))
-        ax.bar([x - 0.2 for x in xs], [r.before or 0 for r in self.rows], 0.4, label="before", color="#9aa5b1")
-        ax.bar([x + 0.2 for x in xs], [r.after or 0 for r in self.rows], 0.4, label="after", color="#2b6cb0")
+        have = lambda attr: [(x, getattr(r, attr)) for x, r in zip(xs, self.rows)  # noqa: E731
+                             if getattr(r, attr) is not None]  # no bar where a stage has no score
+        ax.bar([x - 0.2 for x, _ in have("before")], [v for _, v in have("before")], 0.4, label="before",
+               color="#9aa5b1")
+        ax.bar([x + 0.2 for x, _ in have("after")], [v for _, v in have("after")], 0.4, label="after",
+               color="#2b6cb0")
         for x, r in zip(xs, self.rows):
             if r.after is not None:
                 ax.annotate(f"{r.after:.3f}", (x + 0.2, r.after), ha="center", va="bottom", fontsize=8)

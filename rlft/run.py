@@ -33,6 +33,26 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK") or 0) == 0
 
 
+def process_console(console=None):
+    """`console` (default: a stderr console) on the main process, a silent one on the others."""
+    from rich.console import Console
+
+    if not is_main_process():
+        return Console(quiet=True)
+    return console or Console(stderr=True)
+
+
+def wait_for_everyone() -> None:
+    """Barrier across the processes of a multi-process launch; returns at once in a single process. Through
+    accelerate's PartialState, which sets up the process group the trainers then reuse."""
+    if int(os.environ.get("WORLD_SIZE") or 1) <= 1:
+        return
+    import torch
+    from accelerate import PartialState
+
+    PartialState(cpu=not torch.cuda.is_available()).wait_for_everyone()
+
+
 def default_output_dir(method: str) -> str:
     return f"runs/{method}-{time.strftime('%Y%m%d-%H%M%S')}"
 

@@ -400,3 +400,17 @@ def test_reward_hacking_fires_on_a_small_rise_when_heldout_falls():
     # A reward that did not rise never counts, however far held-out fell.
     flat = [0.6] * 10
     assert alarms.reward_hacking(hacking_history(flat, [0.535, 0.3, 0.2], reward_std=0.4), TH) is None
+
+
+def test_heldout_drop_must_beat_sampling_noise_of_the_heldout_set():
+    rewards = [0.589, 0.633, 0.621, 0.665, 0.67, 0.695, 0.723, 0.719, 0.714, 0.718]
+
+    def with_rows(n, heldout):
+        h = hacking_history(rewards, heldout, reward_std=0.4)
+        return h + [{"step": 50 * i, "heldout/n": n} for i in range(len(heldout))]
+
+    # 0.535 -> 0.41 is a fall of 0.125: past 3 standard errors on 200 rows (0.106), not on 40 rows (0.237).
+    assert alarms.reward_hacking(with_rows(200, [0.535, 0.45, 0.41]), TH) is not None
+    assert alarms.reward_hacking(with_rows(40, [0.535, 0.45, 0.41]), TH) is None
+    # A fall of exactly the threshold counts despite float rounding (0.7 - 0.6 < 0.1 in binary).
+    assert alarms.reward_hacking(hacking_history(rewards, [0.7, 0.65, 0.6], reward_std=0.4), TH) is not None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,17 +17,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "--master-port", str(free_port()), "-m", "rlft", *args], capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "rlft", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
 
 
 def check_run(r: subprocess.CompletedProcess, out: Path, steps: int) -> dict:
@@ -77,3 +69,5 @@ def test_methods_under_two_process_ddp(tmp_path, sft_short, method, extra):
     summary = check_run(r, out, 20)
     if method == "grpo":
         assert summary["final_metrics"]["heldout_pass_at_1"] > 0.3
+        assert (out / "preflight.json").exists()
+    assert (r.stdout + r.stderr).count("pre-flight: pass rate") == (1 if method == "grpo" else 0)

@@ -45,6 +45,9 @@ def test_alarms_column_lists_each_alarm_with_its_step(tmp_path):
     write_jsonl(tmp_path / "alarms.jsonl", [{"name": "reward_hacking", "step": 100},
                                             {"name": "length_hacking", "step": 150}])
     assert _alarms(tmp_path) == "reward_hacking@100, length_hacking@150"
+    with open(tmp_path / "alarms.jsonl", "a") as f:
+        f.write('{"name": "kl_bl')  # a run killed mid-write
+    assert _alarms(tmp_path) == "reward_hacking@100, length_hacking@150"
 
 
 def test_failed_stage_stops_the_pipeline_with_its_exit_code(tmp_path):

@@ -281,7 +281,15 @@ def test_word_problems(rel):
         assert set(ops) == {"+", "-", "x", "/"} and min(ops.values()) > 100, ops
 
 
+def word_problem_key(prompt: str) -> tuple:
+    """(kind, numbers): the question without its name and item."""
+    kind = next(k for k in ("gets", "gave", "box", "shares") if k in prompt)
+    return kind, tuple(re.findall(r"\d+", prompt))
+
+
 def test_word_problem_splits_disjoint():
     train = {r["prompt"] for r in rows("word_problems/train.jsonl")}
     test = {r["prompt"] for r in rows("word_problems/test.jsonl")}
     assert len(train) == 600 and len(test) == 150 and not train & test
+    # Held out by operation and numbers, not only by wording: no test question is a training one renamed.
+    assert not {word_problem_key(p) for p in train} & {word_problem_key(p) for p in test}

@@ -19,7 +19,17 @@ from rich.console import Console
 from rlft.config import RunConfig, trl_kwargs
 from rlft.errors import UserError
 from rlft.monitor import make_run_callback
-from rlft.run import Interrupt, RunRecord, is_main_process, last_checkpoint, prepare_output_dir, versions, write_json
+from rlft.run import (
+    Interrupt,
+    RunRecord,
+    is_main_process,
+    last_checkpoint,
+    prepare_output_dir,
+    process_console,
+    versions,
+    wait_for_everyone,
+    write_json,
+)
 
 
 @dataclass
@@ -93,7 +103,7 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
     # Under torchrun / accelerate launch every process runs this; only the main one checks, creates and writes
     # the run folder (a secondary process would otherwise find it "not empty") and prints.
     main = is_main_process()
-    console = (console or Console(stderr=True)) if main else Console(quiet=True)
+    console = process_console(console)
     train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed)  # validate before writing
     watch = prepare_watch(cfg)  # thresholds, alarm names, the holdout file: also before writing
     if not resume and main:  # refuse a busy output_dir before any slow work
@@ -106,6 +116,7 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
         write_json(out / "versions.json", versions())
     else:
         out = Path(cfg.train.output_dir)
+    wait_for_everyone()  # the others start only once the main process has (re)made the folder
     ckpt = last_checkpoint(out) if resume else None
     record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None, write=main)
 

@@ -145,9 +145,9 @@ def build(cfg: RunConfig, out: Path, train_rows, eval_rows, model=None, tok=None
     from trl import GRPOConfig, GRPOTrainer
 
     from rlft.data import to_dataset
-    from rlft.run import write_json
+    from rlft.run import is_main_process, write_json
 
-    if preflight is not None:
+    if preflight is not None and is_main_process():
         write_json(out / "preflight.json", preflight.as_dict())
     args = build_trl_config(cfg, GRPOConfig, out, False)
     return GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, processing_class=tok,
@@ -172,7 +172,9 @@ def heldout(cfg: RunConfig, trainer, eval_rows, reward_fn) -> dict[str, float]:
 
 
 def run(cfg: RunConfig, console: Console | None = None, **kwargs) -> RunResult:
-    console = console or Console(stderr=True)
+    from rlft.run import process_console
+
+    console = process_console(console)
     state: dict[str, Any] = {}
 
     def _prepare(cfg, train_rows, eval_rows):

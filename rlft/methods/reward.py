@@ -34,6 +34,9 @@ def build(cfg: RunConfig, out: Path, train_rows, eval_rows):
 
 
 def run(cfg: RunConfig, console=None, **kwargs) -> RunResult:
+    from rlft.run import process_console
+
+    console = process_console(console)
     state: dict = {}
 
     def _prepare(cfg, train_rows, eval_rows):
