@@ -180,3 +180,22 @@ def test_reward_model_then_ppo_raises_the_score_and_reports_accuracy(cli, tmp_pa
     rewards = [m["reward"] for m in read_metrics(out) if "reward" in m]
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3, rewards
     assert 0.0 <= final["heldout_pass_at_1"] <= 1.0  # reported, whichever way it went (reward hacking shows)
+
+
+@pytest.mark.slow
+def test_too_high_learning_rate_raises_kl_and_entropy_alarms_on_a_real_run(cli, tmp_path, sft_short):
+    """30x the recipe's lr: the policy leaves the reference within 10 updates (KL ~10 nats/token, measured)
+    and collapses onto one answer; kl_blowup and entropy_collapse name it, and --on-alarm stop ends it."""
+    out = tmp_path / "ppo-hot"
+    r = cli("ppo", "--recipe", RECIPE, "--model", sft_short, "--lr", "3e-3", "--max-steps", "40", "-o", out)
+    assert r.code == 0, r.text
+    fired = {a["name"]: a for a in map(json.loads, (out / "alarms.jsonl").read_text().splitlines())}
+    assert fired["kl_blowup"]["step"] == 10 and fired["kl_blowup"]["evidence"]["kl"][0] > 1.0
+    assert "entropy_collapse" in fired
+    out = tmp_path / "ppo-hot-stop"
+    r = cli("ppo", "--recipe", RECIPE, "--model", sft_short, "--lr", "3e-3", "--max-steps", "40",
+            "--on-alarm", "stop", "-o", out)
+    assert r.code == 4, r.text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["stopped_by"]["name"] == "kl_blowup"
+    assert summary["global_step"] == 10
