@@ -2,7 +2,7 @@
 #   make demo        build the tiny model; SFT, then DPO, GRPO and reward model + PPO; evaluate each stage
 #   make test        the fast suite (what CI runs)
 #   make test-slow   the end-to-end suite (minutes)
-# MODEL, DATA and OUT let the same pipeline targets run a real model elsewhere.
+# MODEL, DATA and OUT (plus SFT_RECIPE, RECIPES, HELDOUT_TOKENS) let the same pipeline targets run a real model elsewhere.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,12 +12,19 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 MODEL ?= tiny
 OUT ?= runs/demo
-SFT_DATA ?= data/arith/sft_train.jsonl
-PAIRS ?= data/arith/pairs_train.jsonl
-PROMPTS ?= data/arith/grpo_prompts.jsonl
-HELDOUT ?= data/arith/test.jsonl
+# DATA is a folder laid out like data/arith; each file can also be set on its own.
+DATA ?= data/arith
+SFT_DATA ?= $(DATA)/sft_train.jsonl
+PAIRS ?= $(DATA)/pairs_train.jsonl
+PROMPTS ?= $(DATA)/grpo_prompts.jsonl
+HELDOUT ?= $(DATA)/test.jsonl
 SFT_RECIPE ?= recipes/sft_tiny_short.yaml
+# Per-stage recipes (default: the tiny ones), e.g. RECIPES="grpo=recipes/grpo_qwen0.5b_lora.yaml"
+RECIPES ?=
+VERIFIER ?= math
+HELDOUT_TOKENS ?= 8
 PIPE = $(BIN)/python -m rlft.pipeline
+PIPE_OPTS = --verifier $(VERIFIER) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
 .PHONY: install test test-slow lint bench demo pipeline-dpo pipeline-grpo pipeline-rlhf clean
 
@@ -51,15 +58,15 @@ bench: install
 # Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install
 	$(PIPE) dpo --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --pairs $(PAIRS) \
-		--heldout $(HELDOUT) --out $(OUT)
+		--heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
 
 pipeline-grpo: install
 	$(PIPE) grpo --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --prompts $(PROMPTS) \
-		--heldout $(HELDOUT) --out $(OUT)
+		--heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
 
 pipeline-rlhf: install
 	$(PIPE) rlhf --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --pairs $(PAIRS) \
-		--prompts $(PROMPTS) --heldout $(HELDOUT) --out $(OUT)
+		--prompts $(PROMPTS) --heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
 
 # The main job: offline, tiny model, shipped data, all three pipelines, one table.
 demo: install

@@ -5,8 +5,12 @@
     python -m rlft.pipeline rlhf --model tiny --out runs/demo    # SFT, then reward model, then PPO
     python -m rlft.pipeline demo --out runs/demo                 # all three, sharing the SFT stage
 
+    # the same pipeline on a real model (GPU): its own recipes per stage, a longer answer budget
+    python -m rlft.pipeline grpo --model Qwen/Qwen2.5-0.5B-Instruct --sft-recipe recipes/sft_qwen0.5b_lora.yaml \
+        --recipe grpo=recipes/grpo_qwen0.5b_lora.yaml --heldout-tokens 64 --out runs/qwen
+
 Each stage runs the real `rlft` command in-process (the same code path as typing it). Every number in the
-closing table is measured in this run: held-out pass@1 (greedy, math verifier) before -> after each
+closing table is measured in this run: held-out pass@1 (greedy, --verifier, default math) before -> after each
 stage, the reward model's held-out pair accuracy, wall time and the alarms each stage raised. The table is
 also written to OUT/pipeline.json and OUT/pipeline.md, with a bar chart of the scores in OUT/pipeline.png.
 """
@@ -64,33 +68,38 @@ def _rlft(*args: str) -> None:
             raise typer.Exit(exc.code if isinstance(exc.code, int) else 1) from exc
 
 
-def heldout_pass_at_1(model: str, heldout: str) -> float:
-    """Greedy pass@1 of `model` on `heldout` with the math verifier."""
+def heldout_pass_at_1(model: str, heldout: str, verifier: str = "math", max_new_tokens: int = 8) -> float:
+    """Greedy pass@1 of `model` on `heldout`, scored by `verifier` (a registered name or file.py:function)."""
     from rlft.data import read_rows
     from rlft.evaluate import evaluate_rows
+    from rlft.methods.grpo import load_verifiers
     from rlft.models import load_for_inference, load_tokenizer
     from rlft.quiet import quiet_libraries
-    from rlft.verifiers import math_reward
 
     quiet_libraries()
+    scorer, _ = load_verifiers([verifier])
     tok = load_tokenizer(model)
     net = load_for_inference(model)
-    return evaluate_rows(net, tok, [r.data for r in read_rows(heldout)], scorer=math_reward,
-                         max_new_tokens=8).pass_at_1
+    return evaluate_rows(net, tok, [r.data for r in read_rows(heldout)], scorer=scorer,
+                         max_new_tokens=max_new_tokens).pass_at_1
 
 
 class Pipeline:
     """Runs stages in order under one folder, measuring held-out pass@1 around each."""
 
-    def __init__(self, out: str, heldout: str) -> None:
+    def __init__(self, out: str, heldout: str, verifier: str = "math", max_new_tokens: int = 8,
+                 recipes: dict[str, str] | None = None) -> None:
         self.root = Path(out)
         self.heldout = heldout
+        self.verifier = verifier
+        self.max_new_tokens = max_new_tokens
+        self.recipes = {**TINY_RECIPES, **(recipes or {})}
         self.rows: list[Row] = []
         self._scores: dict[str, float] = {}
 
     def score(self, model: str) -> float:
         if model not in self._scores:
-            self._scores[model] = heldout_pass_at_1(model, self.heldout)
+            self._scores[model] = heldout_pass_at_1(model, self.heldout, self.verifier, self.max_new_tokens)
         return self._scores[model]
 
     def stage(self, name: str, method: str, model: str, *args: str, reuse: bool = False) -> str:
@@ -165,6 +174,31 @@ Out = Annotated[str, typer.Option(help="Folder for the stage runs.")]
 Heldout = Annotated[str, typer.Option(help="Held-out prompt + answer rows.")]
 SftData = Annotated[str, typer.Option(help="SFT demonstrations.")]
 SftRecipe = Annotated[str, typer.Option(help="SFT recipe.")]
+Verifier = Annotated[str, typer.Option("--verifier", help="Scores the held-out rows (and GRPO/PPO rewards).")]
+Tokens = Annotated[int, typer.Option("--heldout-tokens", min=1, help="Generation budget per held-out answer.")]
+RecipeOpt = Annotated[Optional[list[str]], typer.Option(
+    "--recipe", help="STAGE=FILE, e.g. dpo=recipes/dpo_qwen0.5b_lora.yaml (repeatable; default: the tiny ones).")]
+
+# The recipe each stage runs unless --recipe STAGE=FILE says otherwise.
+TINY_RECIPES = {"dpo": "recipes/dpo_tiny.yaml", "grpo": "recipes/grpo_math_tiny.yaml",
+                "reward": "recipes/reward_tiny.yaml", "ppo": "recipes/ppo_tiny.yaml"}
+
+
+def _recipes(pairs: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in pairs or []:
+        stage, sep, path = item.partition("=")
+        if not sep or stage not in TINY_RECIPES or not path:
+            raise typer.BadParameter(f"'{item}': expected STAGE=FILE with STAGE one of {', '.join(TINY_RECIPES)}",
+                                     param_hint="--recipe")
+        if not Path(path).is_file():
+            raise typer.BadParameter(f"'{path}': no such recipe file", param_hint="--recipe")
+        out[stage] = path
+    return out
+
+
+def _pipeline(out: str, heldout: str, verifier: str, tokens: int, recipes: list[str] | None) -> Pipeline:
+    return Pipeline(out, heldout, verifier, tokens, _recipes(recipes))
 
 
 def _sft(p: Pipeline, model: str, data: str, recipe: str) -> str:
@@ -172,25 +206,27 @@ def _sft(p: Pipeline, model: str, data: str, recipe: str) -> str:
 
 
 def _dpo(p: Pipeline, start: str, pairs: str) -> None:
-    p.stage("dpo", "dpo", start, "--recipe", "recipes/dpo_tiny.yaml", "--pairs", pairs)
+    p.stage("dpo", "dpo", start, "--recipe", p.recipes["dpo"], "--pairs", pairs)
 
 
 def _grpo(p: Pipeline, start: str, prompts: str) -> None:
-    p.stage("grpo", "grpo", start, "--recipe", "recipes/grpo_math_tiny.yaml", "--prompts", prompts,
+    p.stage("grpo", "grpo", start, "--recipe", p.recipes["grpo"], "--prompts", prompts, "--verifier", p.verifier,
             "--eval-data", p.heldout)
 
 
 def _rlhf(p: Pipeline, start: str, pairs: str, prompts: str) -> None:
-    rm = p.stage("reward", "reward", start, "--recipe", "recipes/reward_tiny.yaml", "--pairs", pairs)
-    p.stage("ppo", "ppo", start, "--recipe", "recipes/ppo_tiny.yaml", "--prompts", prompts, "--reward-model", rm)
+    rm = p.stage("reward", "reward", start, "--recipe", p.recipes["reward"], "--pairs", pairs)
+    p.stage("ppo", "ppo", start, "--recipe", p.recipes["ppo"], "--prompts", prompts, "--reward-model", rm,
+            "--holdout-verifier", p.verifier)
 
 
 @app.command()
 def dpo(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
         sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
-        pairs: Annotated[str, typer.Option(help="Preference pairs.")] = "data/arith/pairs_train.jsonl") -> None:
+        pairs: Annotated[str, typer.Option(help="Preference pairs.")] = "data/arith/pairs_train.jsonl",
+        verifier: Verifier = "math", heldout_tokens: Tokens = 8, recipe: RecipeOpt = None) -> None:
     """SFT, then DPO from the SFT'd model."""
-    p = Pipeline(out, heldout)
+    p = _pipeline(out, heldout, verifier, heldout_tokens, recipe)
     _dpo(p, _sft(p, model, sft_data, sft_recipe), pairs)
     p.table("pipeline-dpo: SFT then DPO")
 
@@ -199,9 +235,9 @@ def dpo(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/
 def grpo(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
          sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
          prompts: Annotated[str, typer.Option(help="GRPO prompts + answers.")] = "data/arith/grpo_prompts.jsonl",
-         ) -> None:
-    """SFT, then GRPO with the math verifier."""
-    p = Pipeline(out, heldout)
+         verifier: Verifier = "math", heldout_tokens: Tokens = 8, recipe: RecipeOpt = None) -> None:
+    """SFT, then GRPO with the verifier as the reward."""
+    p = _pipeline(out, heldout, verifier, heldout_tokens, recipe)
     _grpo(p, _sft(p, model, sft_data, sft_recipe), prompts)
     p.table("pipeline-grpo: SFT then GRPO")
 
@@ -210,9 +246,10 @@ def grpo(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data
 def rlhf(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
          sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
          pairs: Annotated[str, typer.Option(help="Pairs for the reward model.")] = "data/arith/pairs_train.jsonl",
-         prompts: Annotated[str, typer.Option(help="PPO prompts.")] = "data/arith/grpo_prompts.jsonl") -> None:
+         prompts: Annotated[str, typer.Option(help="PPO prompts.")] = "data/arith/grpo_prompts.jsonl",
+         verifier: Verifier = "math", heldout_tokens: Tokens = 8, recipe: RecipeOpt = None) -> None:
     """SFT, then a reward model, then PPO against it (held-out accuracy shows any reward hacking)."""
-    p = Pipeline(out, heldout)
+    p = _pipeline(out, heldout, verifier, heldout_tokens, recipe)
     _rlhf(p, _sft(p, model, sft_data, sft_recipe), pairs, prompts)
     p.table("pipeline-rlhf: SFT, reward model, PPO")
 

@@ -69,3 +69,28 @@ def test_pipeline_dpo_end_to_end(tmp_path):
     assert rows["sft"]["before"] == 0.0 and rows["sft"]["after"] >= 0.4
     assert rows["dpo"]["before"] == rows["sft"]["after"]
     assert rows["dpo"]["after"] >= rows["dpo"]["before"]
+
+
+def test_stage_recipes_can_be_replaced_for_a_real_model(tmp_path, sft_model):
+    """--recipe STAGE=FILE (RECIPES= in make) swaps a stage's recipe; the tiny ones stay the default."""
+    from rlft.pipeline import TINY_RECIPES, _dpo, _recipes
+
+    recipe = tmp_path / "dpo_short.yaml"
+    recipe.write_text((ROOT / "recipes/dpo_tiny.yaml").read_text().replace("max_steps: 200", "max_steps: 3"))
+    heldout = write_jsonl(tmp_path / "heldout.jsonl", [json.loads(line) for line in
+                                                       HELDOUT.read_text().splitlines()[:10]])
+    p = Pipeline(str(tmp_path / "runs"), str(heldout), recipes=_recipes([f"dpo={recipe}"]))
+    assert p.recipes == {**TINY_RECIPES, "dpo": str(recipe)}
+    _dpo(p, str(sft_model), str(ROOT / "data/arith/pairs_train.jsonl"))
+    summary = json.loads((tmp_path / "runs/dpo/summary.json").read_text())
+    assert summary["status"] == "completed" and summary["global_step"] == 3
+    assert p.rows[0].before is not None and p.rows[0].after is not None
+
+
+@pytest.mark.parametrize("arg, message", [("dpo", "expected STAGE=FILE"), ("sft=x.yaml", "expected STAGE=FILE"),
+                                          ("grpo=no/such.yaml", "no such recipe file")])
+def test_bad_stage_recipe_is_refused_before_any_stage_runs(tmp_path, arg, message):
+    r = subprocess.run([sys.executable, "-m", "rlft.pipeline", "grpo", "--out", str(tmp_path), "--recipe", arg],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and message in r.stdout + r.stderr, r.stdout + r.stderr
+    assert not any(tmp_path.iterdir())
