@@ -16,15 +16,17 @@ OUT ?= runs/demo
 DATA ?= data/arith
 SFT_DATA ?= $(DATA)/sft_train.jsonl
 PAIRS ?= $(DATA)/pairs_train.jsonl
+PAIRS_EVAL ?= $(DATA)/pairs_eval.jsonl
 PROMPTS ?= $(DATA)/grpo_prompts.jsonl
 HELDOUT ?= $(DATA)/test.jsonl
 SFT_RECIPE ?= recipes/sft_tiny_short.yaml
 # Per-stage recipes (default: the tiny ones), e.g. RECIPES="grpo=recipes/grpo_qwen0.5b_lora.yaml"
 RECIPES ?=
-VERIFIER ?= math
+# VERIFIER scores the held-out rows (default math) and, when set, replaces the GRPO recipe's reward.
+VERIFIER ?=
 HELDOUT_TOKENS ?= 8
 PIPE = $(BIN)/python -m rlft.pipeline
-PIPE_OPTS = --verifier $(VERIFIER) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
+PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
 .PHONY: install test test-slow lint bench demo pipeline-dpo pipeline-grpo pipeline-rlhf clean
 
@@ -58,7 +60,7 @@ bench: install
 # Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install
 	$(PIPE) dpo --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --pairs $(PAIRS) \
-		--heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
+		--pairs-eval $(PAIRS_EVAL) --heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
 
 pipeline-grpo: install
 	$(PIPE) grpo --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --prompts $(PROMPTS) \
@@ -66,7 +68,7 @@ pipeline-grpo: install
 
 pipeline-rlhf: install
 	$(PIPE) rlhf --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --pairs $(PAIRS) \
-		--prompts $(PROMPTS) --heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
+		--pairs-eval $(PAIRS_EVAL) --prompts $(PROMPTS) --heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
 
 # The main job: offline, tiny model, shipped data, all three pipelines, one table.
 demo: install

@@ -87,11 +87,12 @@ def heldout_pass_at_1(model: str, heldout: str, verifier: str = "math", max_new_
 class Pipeline:
     """Runs stages in order under one folder, measuring held-out pass@1 around each."""
 
-    def __init__(self, out: str, heldout: str, verifier: str = "math", max_new_tokens: int = 8,
+    def __init__(self, out: str, heldout: str, verifier: str | None = None, max_new_tokens: int = 8,
                  recipes: dict[str, str] | None = None) -> None:
         self.root = Path(out)
         self.heldout = heldout
-        self.verifier = verifier
+        self.reward_verifier = verifier  # GRPO's reward when given; otherwise the GRPO recipe's own verifiers
+        self.verifier = verifier or "math"  # scores the held-out rows
         self.max_new_tokens = max_new_tokens
         self.recipes = {**TINY_RECIPES, **(recipes or {})}
         self.rows: list[Row] = []
@@ -103,12 +104,17 @@ class Pipeline:
         return self._scores[model]
 
     def stage(self, name: str, method: str, model: str, *args: str, reuse: bool = False) -> str:
-        """Run `rlft METHOD --model MODEL ARGS -o OUT/name`; returns the output folder."""
+        """Run `rlft METHOD --model MODEL ARGS -o OUT/name`; returns the output folder. With `reuse`, a
+        completed run of the very same command (OUT/name.command.json) is kept instead of rerun."""
         out = self.root / name
         done = out / "summary.json"
+        command = [method, "--model", model, *args, "-o", str(out)]
+        record = self.root / f"{name}.command.json"
         start = time.time()
-        if not (reuse and done.exists() and json.loads(done.read_text()).get("status") == "completed"):
-            _rlft(method, "--model", model, *args, "-o", str(out), "--overwrite")
+        same = record.exists() and json.loads(record.read_text()) == command
+        if not (reuse and same and done.exists() and json.loads(done.read_text()).get("status") == "completed"):
+            _rlft(*command, "--overwrite")
+            record.write_text(json.dumps(command))
         wall = time.time() - start
         summary = json.loads(done.read_text())
         final = summary.get("final_metrics", {})
@@ -174,7 +180,9 @@ Out = Annotated[str, typer.Option(help="Folder for the stage runs.")]
 Heldout = Annotated[str, typer.Option(help="Held-out prompt + answer rows.")]
 SftData = Annotated[str, typer.Option(help="SFT demonstrations.")]
 SftRecipe = Annotated[str, typer.Option(help="SFT recipe.")]
-Verifier = Annotated[str, typer.Option("--verifier", help="Scores the held-out rows (and GRPO/PPO rewards).")]
+Verifier = Annotated[Optional[str], typer.Option(
+    "--verifier", help="Scores the held-out rows (default math) and, when given, replaces the GRPO recipe's reward.")]
+PairsEval = Annotated[str, typer.Option(help="Held-out pairs (DPO eval, reward model pair accuracy).")]
 Tokens = Annotated[int, typer.Option("--heldout-tokens", min=1, help="Generation budget per held-out answer.")]
 RecipeOpt = Annotated[Optional[list[str]], typer.Option(
     "--recipe", help="STAGE=FILE, e.g. dpo=recipes/dpo_qwen0.5b_lora.yaml (repeatable; default: the tiny ones).")]
@@ -185,49 +193,68 @@ TINY_RECIPES = {"dpo": "recipes/dpo_tiny.yaml", "grpo": "recipes/grpo_math_tiny.
 
 
 def _recipes(pairs: list[str] | None) -> dict[str, str]:
+    """{stage: recipe file} from --recipe STAGE=FILE items; each file must be a recipe for that stage's method."""
+    import yaml
+
     out = {}
     for item in pairs or []:
         stage, sep, path = item.partition("=")
+        if stage == "sft":
+            raise typer.BadParameter("the SFT stage's recipe is --sft-recipe (SFT_RECIPE= in make)",
+                                     param_hint="--recipe")
         if not sep or stage not in TINY_RECIPES or not path:
             raise typer.BadParameter(f"'{item}': expected STAGE=FILE with STAGE one of {', '.join(TINY_RECIPES)}",
                                      param_hint="--recipe")
         if not Path(path).is_file():
             raise typer.BadParameter(f"'{path}': no such recipe file", param_hint="--recipe")
+        method = (yaml.safe_load(Path(path).read_text()) or {}).get("method")
+        if method not in (None, stage):
+            raise typer.BadParameter(f"'{path}' is a recipe for `rlft {method}`, not the {stage} stage",
+                                     param_hint="--recipe")
         out[stage] = path
     return out
 
 
-def _pipeline(out: str, heldout: str, verifier: str, tokens: int, recipes: list[str] | None) -> Pipeline:
-    return Pipeline(out, heldout, verifier, tokens, _recipes(recipes))
+def _pipeline(out: str, heldout: str, verifier: str | None, tokens: int, recipes: list[str] | None) -> Pipeline:
+    """A Pipeline whose inputs are checked before any stage trains: recipes, the verifier, the held-out gold."""
+    from rlft.data import read_rows
+    from rlft.methods.grpo import validate_gold
+
+    p = Pipeline(out, heldout, verifier, tokens, _recipes(recipes))
+    validate_gold(read_rows(heldout), [p.verifier])  # unknown verifier, or gold it cannot read: exit 2 now
+    return p
 
 
 def _sft(p: Pipeline, model: str, data: str, recipe: str) -> str:
     return p.stage("sft", "sft", model, "--recipe", recipe, "--data", data, reuse=True)
 
 
-def _dpo(p: Pipeline, start: str, pairs: str) -> None:
-    p.stage("dpo", "dpo", start, "--recipe", p.recipes["dpo"], "--pairs", pairs)
+def _dpo(p: Pipeline, start: str, pairs: str, pairs_eval: str) -> None:
+    p.stage("dpo", "dpo", start, "--recipe", p.recipes["dpo"], "--pairs", pairs, "--eval-data", pairs_eval)
 
 
 def _grpo(p: Pipeline, start: str, prompts: str) -> None:
-    p.stage("grpo", "grpo", start, "--recipe", p.recipes["grpo"], "--prompts", prompts, "--verifier", p.verifier,
+    reward = ["--verifier", p.reward_verifier] if p.reward_verifier else []
+    p.stage("grpo", "grpo", start, "--recipe", p.recipes["grpo"], "--prompts", prompts, *reward,
             "--eval-data", p.heldout)
 
 
-def _rlhf(p: Pipeline, start: str, pairs: str, prompts: str) -> None:
-    rm = p.stage("reward", "reward", start, "--recipe", p.recipes["reward"], "--pairs", pairs)
+def _rlhf(p: Pipeline, start: str, pairs: str, pairs_eval: str, prompts: str) -> None:
+    rm = p.stage("reward", "reward", start, "--recipe", p.recipes["reward"], "--pairs", pairs,
+                 "--eval-data", pairs_eval)
     p.stage("ppo", "ppo", start, "--recipe", p.recipes["ppo"], "--prompts", prompts, "--reward-model", rm,
-            "--holdout-verifier", p.verifier)
+            "--eval-data", p.heldout, "--holdout-verifier", p.verifier)
 
 
 @app.command()
 def dpo(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
         sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
         pairs: Annotated[str, typer.Option(help="Preference pairs.")] = "data/arith/pairs_train.jsonl",
-        verifier: Verifier = "math", heldout_tokens: Tokens = 8, recipe: RecipeOpt = None) -> None:
+        pairs_eval: PairsEval = "data/arith/pairs_eval.jsonl",
+        verifier: Verifier = None, heldout_tokens: Tokens = 8, recipe: RecipeOpt = None) -> None:
     """SFT, then DPO from the SFT'd model."""
     p = _pipeline(out, heldout, verifier, heldout_tokens, recipe)
-    _dpo(p, _sft(p, model, sft_data, sft_recipe), pairs)
+    _dpo(p, _sft(p, model, sft_data, sft_recipe), pairs, pairs_eval)
     p.table("pipeline-dpo: SFT then DPO")
 
 
@@ -235,8 +262,8 @@ def dpo(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/
 def grpo(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
          sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
          prompts: Annotated[str, typer.Option(help="GRPO prompts + answers.")] = "data/arith/grpo_prompts.jsonl",
-         verifier: Verifier = "math", heldout_tokens: Tokens = 8, recipe: RecipeOpt = None) -> None:
-    """SFT, then GRPO with the verifier as the reward."""
+         verifier: Verifier = None, heldout_tokens: Tokens = 8, recipe: RecipeOpt = None) -> None:
+    """SFT, then GRPO with a verifier as the reward."""
     p = _pipeline(out, heldout, verifier, heldout_tokens, recipe)
     _grpo(p, _sft(p, model, sft_data, sft_recipe), prompts)
     p.table("pipeline-grpo: SFT then GRPO")
@@ -247,10 +274,11 @@ def rlhf(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data
          sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
          pairs: Annotated[str, typer.Option(help="Pairs for the reward model.")] = "data/arith/pairs_train.jsonl",
          prompts: Annotated[str, typer.Option(help="PPO prompts.")] = "data/arith/grpo_prompts.jsonl",
-         verifier: Verifier = "math", heldout_tokens: Tokens = 8, recipe: RecipeOpt = None) -> None:
+         pairs_eval: PairsEval = "data/arith/pairs_eval.jsonl",
+         verifier: Verifier = None, heldout_tokens: Tokens = 8, recipe: RecipeOpt = None) -> None:
     """SFT, then a reward model, then PPO against it (held-out accuracy shows any reward hacking)."""
     p = _pipeline(out, heldout, verifier, heldout_tokens, recipe)
-    _rlhf(p, _sft(p, model, sft_data, sft_recipe), pairs, prompts)
+    _rlhf(p, _sft(p, model, sft_data, sft_recipe), pairs, pairs_eval, prompts)
     p.table("pipeline-rlhf: SFT, reward model, PPO")
 
 
@@ -263,10 +291,10 @@ def demo(out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
     p = Pipeline(out, heldout)
     _rlft("init-model", "--out", str(Path(out) / "tiny"), "--overwrite")
     sft = _sft(p, str(Path(out) / "tiny"), "data/arith/sft_train.jsonl", "recipes/sft_tiny_short.yaml")
-    _dpo(p, sft, "data/arith/pairs_train.jsonl")
+    _dpo(p, sft, "data/arith/pairs_train.jsonl", "data/arith/pairs_eval.jsonl")
     _grpo(p, sft, "data/arith/grpo_prompts.jsonl")
     if with_rlhf:
-        _rlhf(p, sft, "data/arith/pairs_train.jsonl", "data/arith/grpo_prompts.jsonl")
+        _rlhf(p, sft, "data/arith/pairs_train.jsonl", "data/arith/pairs_eval.jsonl", "data/arith/grpo_prompts.jsonl")
     p.table(f"rlft demo on the tiny model ({time.time() - start:.0f} s in all)")
 
 
