@@ -186,6 +186,19 @@ class RunRecord:
                             wall_seconds=round(time.time() - self.started, 2), **fields)
         self.save()
 
+    @contextmanager
+    def closing_on_error(self) -> Iterator[RunRecord]:
+        """Mark the run `interrupted` (Ctrl-C outside the trainer's own handler) or `failed` (any other
+        exception, with its message) in summary.json, then let the exception go on."""
+        try:
+            yield self
+        except KeyboardInterrupt:
+            self.finish("interrupted", signal=2)
+            raise
+        except BaseException as exc:
+            self.finish("failed", error=f"{type(exc).__name__}: {exc}")
+            raise
+
     def save(self) -> None:
         if self.write:
             write_json(self.out / "summary.json", self.summary)

@@ -127,57 +127,52 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
     record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train))
     interrupt = Interrupt()
     callback = None
-    try:
-        trainer = build(cfg, out, train_rows, eval_rows)
-        callback = make_run_callback(out, interrupt, console, f"{cfg.method}", cfg=cfg, watch=watch)
-        callback.attach(trainer)
-        trainer.add_callback(callback)
-        _drop_printer(trainer)
-        console.print(f"[bold]rlft {cfg.method}[/]: {len(train_rows)} rows -> {out}")
-        start = time.time()
-        with interrupt.installed():
-            result = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
-        # the callback stays open: trainer.evaluate() below still logs through it (closed in `finally`)
-        state = trainer.state
-        alarms = [a["name"] for a in callback.alarms]
-        if interrupt.signum is not None:
-            record.finish("interrupted", global_step=state.global_step, signal=interrupt.signum,
-                          checkpoint=str(last_checkpoint(out)), alarms=alarms)
-            console.print(f"[yellow]interrupted[/] at step {state.global_step}; checkpoint saved. "
-                          f"Continue with the same command plus --resume --output-dir {out}")
+    with record.closing_on_error():
+        try:
+            trainer = build(cfg, out, train_rows, eval_rows)
+            callback = make_run_callback(out, interrupt, console, f"{cfg.method}", cfg=cfg, watch=watch)
+            callback.attach(trainer)
+            trainer.add_callback(callback)
+            _drop_printer(trainer)
+            console.print(f"[bold]rlft {cfg.method}[/]: {len(train_rows)} rows -> {out}")
+            start = time.time()
+            with interrupt.installed():
+                result = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
+            # the callback stays open: trainer.evaluate() below still logs through it (closed in `finally`)
+            state = trainer.state
+            alarms = [a["name"] for a in callback.alarms]
+            if interrupt.signum is not None:
+                record.finish("interrupted", global_step=state.global_step, signal=interrupt.signum,
+                              checkpoint=str(last_checkpoint(out)), alarms=alarms)
+                console.print(f"[yellow]interrupted[/] at step {state.global_step}; checkpoint saved. "
+                              f"Continue with the same command plus --resume --output-dir {out}")
+                _report(out, console)
+                return RunResult("interrupted", out, interrupt.exit_code)
+            if callback.stopped_by is not None:
+                alarm = callback.stopped_by
+                record.finish("stopped", global_step=state.global_step, stopped_by=alarm.as_dict(),
+                              checkpoint=str(last_checkpoint(out)), last_log=callback.last, alarms=alarms)
+                console.print(f"[red]stopped[/] at step {state.global_step} by the {alarm.name} alarm "
+                              f"(watch.on_alarm=stop); checkpoint saved: {last_checkpoint(out)}")
+                _report(out, console)
+                return RunResult("stopped", out, STOPPED_EXIT_CODE)
+            trainer.save_model(str(out))
+            final = dict(result.metrics)
+            if getattr(trainer, "eval_dataset", None) is not None:
+                evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+                if evals and evals[-1].get("step") == state.global_step:  # the trainer just evaluated: reuse it
+                    final.update({k: v for k, v in evals[-1].items() if k.startswith("eval_")})
+                else:
+                    final.update(trainer.evaluate())
+            extra = after(trainer, out) if after else {}
+            final.update(extra or {})
+            record.finish("completed", global_step=state.global_step, train_seconds=round(time.time() - start, 2),
+                          final_metrics=final, last_log=callback.last, alarms=alarms)
             _report(out, console)
-            return RunResult("interrupted", out, interrupt.exit_code)
-        if callback.stopped_by is not None:
-            alarm = callback.stopped_by
-            record.finish("stopped", global_step=state.global_step, stopped_by=alarm.as_dict(),
-                          checkpoint=str(last_checkpoint(out)), last_log=callback.last, alarms=alarms)
-            console.print(f"[red]stopped[/] at step {state.global_step} by the {alarm.name} alarm "
-                          f"(watch.on_alarm=stop); checkpoint saved: {last_checkpoint(out)}")
-            _report(out, console)
-            return RunResult("stopped", out, STOPPED_EXIT_CODE)
-        trainer.save_model(str(out))
-        final = dict(result.metrics)
-        if getattr(trainer, "eval_dataset", None) is not None:
-            evals = [h for h in trainer.state.log_history if "eval_loss" in h]
-            if evals and evals[-1].get("step") == state.global_step:  # the trainer just evaluated: reuse it
-                final.update({k: v for k, v in evals[-1].items() if k.startswith("eval_")})
-            else:
-                final.update(trainer.evaluate())
-        extra = after(trainer, out) if after else {}
-        final.update(extra or {})
-        record.finish("completed", global_step=state.global_step, train_seconds=round(time.time() - start, 2),
-                      final_metrics=final, last_log=callback.last, alarms=alarms)
-        _report(out, console)
-        return RunResult("completed", out, 0, final)
-    except KeyboardInterrupt:
-        record.finish("interrupted", signal=2)
-        raise
-    except BaseException as exc:
-        record.finish("failed", error=f"{type(exc).__name__}: {exc}")
-        raise
-    finally:
-        if callback is not None:
-            callback.close()
+            return RunResult("completed", out, 0, final)
+        finally:
+            if callback is not None:
+                callback.close()
 
 
 def _drop_printer(trainer) -> None:

@@ -582,14 +582,8 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     budget = cfg.ppo.heldout_max_new_tokens or cfg.ppo.response_length
     if watch.holdout is None and heldout_rows and cfg.train.eval_steps:
         watch.holdout = Holdout(heldout_rows, scorer, check_specs[0], int(cfg.train.eval_steps), budget)
-    try:
+    with record.closing_on_error():
         return _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budget, watch, console)
-    except KeyboardInterrupt:
-        record.finish("interrupted", signal=2)
-        raise
-    except BaseException as exc:
-        record.finish("failed", error=f"{type(exc).__name__}: {exc}")
-        raise
 
 
 def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budget, watch, console) -> RunResult:
