@@ -242,6 +242,10 @@ class Watcher:
         self.last_heldout: list[dict] = []
         self.last_samples_step: int | None = None
 
+    def flush(self) -> None:
+        if self.metrics is not None:
+            self.metrics.flush()
+
     @property
     def alarm_names(self) -> list[str]:
         return [a["name"] for a in self.fired]
@@ -431,8 +435,7 @@ def make_run_callback(out: Path, interrupt: Interrupt, console: Console, label: 
             if self.progress is not None:
                 self.progress.update(self.task, completed=state.global_step)
                 self.progress.stop()
-            if self.watcher.metrics is not None:
-                self.watcher.metrics.flush()
+            self.watcher.flush()
 
         # ---- helpers
         def _heldout(self, state, control, kwargs) -> None:

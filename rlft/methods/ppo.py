@@ -537,10 +537,19 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     from rlft.data import load_split
     from rlft.methods.grpo import load_verifiers, validate_gold
     from rlft.monitor import Holdout, prepare_watch
-    from rlft.run import RunRecord, last_checkpoint, prepare_output_dir, read_json, versions, write_json
+    from rlft.run import (
+        RunRecord,
+        is_main_process,
+        last_checkpoint,
+        prepare_output_dir,
+        process_console,
+        read_json,
+        versions,
+        write_json,
+    )
 
     _quiet()
-    console = console or Console(stderr=True)
+    console = process_console(console)  # silent on the secondary processes of a multi-process run
     check_config(cfg)
     train_rows, eval_rows = load_split(cfg.data, KIND, seed=cfg.train.seed)
     specs = list(cfg.ppo.verifiers)
@@ -550,13 +559,15 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     if eval_rows and not specs:
         validate_gold(eval_rows, check_specs)  # the held-out check scores them with watch.holdout_verifier
     watch = prepare_watch(cfg)
-    if not resume:
+    if not resume and is_main_process():  # the main process alone checks, creates and writes the run folder
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
+    import torch
     from accelerate import PartialState  # under `accelerate launch`: which process writes the run folder
     from accelerate.utils import parse_flag_from_env
 
-    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # CPU processes under torchrun: gloo
-    memory = memory_check(cfg, console if state.is_main_process else Console(quiet=True))
+    # Without CUDA, processes under torchrun form a gloo group only with cpu=True (else each runs alone).
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available())
+    memory = memory_check(cfg, console)
 
     out = Path(cfg.train.output_dir)
     if state.is_main_process:
@@ -564,15 +575,12 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     state.wait_for_everyone()
     ckpt = last_checkpoint(out) if resume else None
     prior = read_json(out / "summary.json") if resume and (out / "summary.json").exists() else {}
-    record: Any = _NoRecord()
     if state.is_main_process:
         (out / "config.yaml").write_text(cfg.to_yaml())
         write_json(out / "versions.json", versions())
-        record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None)
-        record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train),
-                      memory_estimate_gb=round(memory["total_gb"], 4) if memory else None)
-    else:
-        console = Console(quiet=True)
+    record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None, write=state.is_main_process)
+    record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train),
+                  memory_estimate_gb=round(memory["total_gb"], 4) if memory else None)
     # held-out rows: data.eval (scored by the run's verifiers, else watch.holdout_verifier), else watch.holdout
     heldout_rows, scorer = [r.data for r in eval_rows], None
     if heldout_rows:
@@ -643,8 +651,7 @@ def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budg
 
     if ckpt is not None and main:  # a crash after the checkpoint logged steps that will run again
         _truncate_metrics(out / "metrics.jsonl", step)
-    watcher = Watcher(out, console, watch)
-    watcher.main = main
+    watcher = Watcher(out, console, watch)  # writes on the main process only
     recorder = RolloutRecorder()
     reward_call = recorder.wrap(reward_fn, 0, 1.0)
     watcher.recorder = recorder
@@ -717,7 +724,7 @@ def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budg
     finally:
         if progress is not None and progress.live.is_started:
             progress.stop()
-        watcher.metrics.flush()
+        watcher.flush()
     train_seconds = round(time.time() - start_time, 2)
     alarms = [a["name"] for a in watcher.fired]
     last_log = next((r for r in reversed(watcher.history) if "reward" in r), {})
@@ -767,14 +774,6 @@ def _truncate_metrics(path: Path, step: int) -> None:
         lines = [line for line in path.read_text().splitlines()
                  if line.strip() and json.loads(line).get("step", 0) <= step]
         path.write_text("".join(line + "\n" for line in lines))
-
-
-class _NoRecord:
-    """summary.json is written by the main process only."""
-
-    def update(self, **_: Any) -> None: ...
-
-    def finish(self, *_: Any, **__: Any) -> None: ...
 
 
 def _any_process(accelerator, flag: bool) -> bool:
