@@ -67,7 +67,7 @@ def read_rows(path: Path) -> list[dict]:
 def heldout_pass_at_1(model, tok) -> float:
     sys.path.insert(0, str(ROOT))
     from rlft.evaluate import evaluate_rows
-    from rlft.methods.grpo import load_verifiers
+    from rlft.verifiers.loading import load_verifiers
 
     scorer, _ = load_verifiers(["math"])
     was = tok.padding_side
@@ -138,7 +138,7 @@ def side_trl(args) -> dict:
 
     assert trl.__version__ == TRL_VERSION, f"expected trl {TRL_VERSION}, got {trl.__version__} ({trl.__file__})"
     sys.path.insert(0, str(ROOT))
-    from rlft.methods.grpo import load_verifiers
+    from rlft.verifiers.loading import load_verifiers
 
     verifier, _ = load_verifiers(["math"])
     tok = AutoTokenizer.from_pretrained(args.model)

@@ -273,7 +273,7 @@ def validate_verifiable(rows: list[Row], gold_fields: tuple[str, ...] = ("answer
 
 
 VALIDATORS = {"sft": validate_sft, "preference": validate_preference,
-              # gold fields depend on the verifier: the method checks them (rlft.methods.grpo.validate_gold)
+              # gold fields depend on the verifier: the method checks them (rlft.verifiers.loading.validate_gold)
               "verifiable": lambda rows: validate_verifiable(rows, gold_fields=())}
 
 

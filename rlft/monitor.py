@@ -102,7 +102,7 @@ def prepare_watch(cfg) -> WatchSetup:
                        samples=int(watch.get("samples", 3) if watch.get("samples") is not None else 3))
     if watch.get("holdout"):
         from rlft.data import read_rows
-        from rlft.methods.grpo import load_verifiers, validate_gold
+        from rlft.verifiers.loading import load_verifiers, validate_gold
 
         spec = watch.get("holdout_verifier") or "math"
         rows = read_rows(watch["holdout"], max_rows=watch.get("holdout_max_rows") or 100)

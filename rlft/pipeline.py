@@ -72,9 +72,9 @@ def heldout_pass_at_1(model: str, heldout: str, verifier: str = "math", max_new_
     """Greedy pass@1 of `model` on `heldout`, scored by `verifier` (a registered name or file.py:function)."""
     from rlft.data import read_rows
     from rlft.evaluate import evaluate_rows
-    from rlft.methods.grpo import load_verifiers
     from rlft.models import load_for_inference, load_tokenizer
     from rlft.quiet import quiet_libraries
+    from rlft.verifiers.loading import load_verifiers
 
     quiet_libraries()
     scorer, _ = load_verifiers([verifier])
@@ -218,7 +218,7 @@ def _recipes(pairs: list[str] | None) -> dict[str, str]:
 def _pipeline(out: str, heldout: str, verifier: str | None, tokens: int, recipes: list[str] | None) -> Pipeline:
     """A Pipeline whose inputs are checked before any stage trains: recipes, the verifier, the held-out gold."""
     from rlft.data import read_rows
-    from rlft.methods.grpo import validate_gold
+    from rlft.verifiers.loading import validate_gold
 
     p = Pipeline(out, heldout, verifier, tokens, _recipes(recipes))
     validate_gold(read_rows(heldout), [p.verifier])  # unknown verifier, or gold it cannot read: exit 2 now

@@ -100,9 +100,9 @@ def run_preflight(model: str, rows, verifier: str | list[str], num_generations: 
                   max_new_tokens: int = 64, temperature: float = 1.0, min_mixed: float = 0.1,
                   seed: int = 0) -> PreflightResult:
     """Load `model`, validate `rows` (rlft.data.Row) for the verifier(s), and probe."""
-    from rlft.methods.grpo import load_verifiers, validate_gold
     from rlft.models import load_for_inference, load_tokenizer
     from rlft.quiet import quiet_libraries
+    from rlft.verifiers.loading import load_verifiers, validate_gold
 
     quiet_libraries()
     specs = [verifier] if isinstance(verifier, str) else list(verifier)

@@ -17,16 +17,6 @@ LOGGED = ("reward", "reward_std", "kl", "entropy", "non_score_reward", "policy/c
           "completions/mean_length", "learning_rate", "episodes")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ppo_command():
-    """The `ppo` command on the app (rlft/cli.py registers it; this keeps the tests independent of that)."""
-    from rlft.cli import app
-    from rlft.commands.ppo import ppo
-
-    if not any((c.name or getattr(c.callback, "__name__", "")) == "ppo" for c in app.registered_commands):
-        app.command("ppo")(ppo)
-
-
 @pytest.fixture(scope="module")
 def small_heldout(tmp_path_factory):
     rows = [json.loads(line) for line in HELDOUT.read_text().splitlines()][:40]

@@ -1,7 +1,6 @@
 """`rlft ppo`: PPO against a reward model or verifiers (rlft's own trainer, rlft/methods/ppo.py).
 
-Registered on the app in rlft/cli.py. Light at import (typer only): the shared option types and helpers of
-rlft.cli are imported inside the command, since rlft.cli imports this module.
+Light at import (typer only); the method is imported inside the command.
 """
 
 from __future__ import annotations
@@ -10,6 +9,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from rlft.commands.options import common_flags, err_console, finish, flags_of, resolve_config
 
 
 def ppo(
@@ -50,19 +51,13 @@ def ppo(
                       "output_dir.")] = False,
 ) -> None:
     """PPO (RLHF) against a reward model or verifiers: policy, reference, value model, reward."""
-    from rlft.cli import _common_flags, _finish, _flags, _resolve, err_console
-
-    flags = _flags(**{"data.train": prompts,
-                      **_common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
-                                      lora, on_alarm, holdout, holdout_verifier)})
-    # origins of the ppo flags (cli._flags names only the flags of the commands it knows)
-    for key, value, flag in (("ppo.verifiers", verifier, "--verifier"), ("ppo.reward_model", reward_model,
-                             "--reward-model"), ("ppo.max_memory_gb", max_memory, "--max-memory")):
-        if value is not None:
-            flags[key] = (value, flag)
+    flags = flags_of(**{"data.train": prompts,
+                        **common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
+                                       lora, on_alarm, holdout, holdout_verifier),
+                        "ppo.verifiers": verifier, "ppo.reward_model": reward_model, "ppo.max_memory_gb": max_memory})
     if reward_model and not verifier:
         flags["ppo.verifiers"] = ([], "--reward-model")  # the reward model is the only reward (as in grpo)
-    cfg = _resolve("ppo", recipe, flags, set_, print_config, resume)
+    cfg = resolve_config("ppo", recipe, flags, set_, print_config, resume)
     from rlft.methods import ppo as method
 
-    _finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+    finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))

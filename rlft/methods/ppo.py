@@ -75,7 +75,7 @@ STATE_FILE = "trainer_state.json"
 
 def reward_function(cfg: RunConfig) -> Callable:
     """The run's reward: the verifiers, the reward model, or their sum."""
-    from rlft.methods.grpo import build_reward
+    from rlft.verifiers.loading import build_reward
 
     return build_reward(list(cfg.ppo.verifiers), cfg.ppo.reward_model)
 
@@ -535,7 +535,6 @@ def _quiet() -> None:
 def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, console: Console | None = None) -> RunResult:
     """Validate, estimate memory, then train; see the module docstring. Returns the run's result."""
     from rlft.data import load_split
-    from rlft.methods.grpo import load_verifiers, validate_gold
     from rlft.monitor import Holdout, prepare_watch
     from rlft.run import (
         RunRecord,
@@ -547,6 +546,7 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
         versions,
         write_json,
     )
+    from rlft.verifiers.loading import load_verifiers, validate_gold
 
     _quiet()
     console = process_console(console)  # silent on the secondary processes of a multi-process run

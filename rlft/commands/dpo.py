@@ -1,0 +1,52 @@
+"""`rlft dpo`: Direct Preference Optimization on chosen/rejected pairs (rlft/methods/dpo.py, TRL DPOTrainer)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from rlft.commands.options import (
+    LR,
+    Batch,
+    Epochs,
+    EvalData,
+    Holdout,
+    HoldoutVerifier,
+    Lora,
+    MaxSteps,
+    Model,
+    OnAlarm,
+    OutputDir,
+    Overwrite,
+    PrintConfig,
+    Recipe,
+    Resume,
+    Seed,
+    Sets,
+    common_flags,
+    err_console,
+    finish,
+    flags_of,
+    resolve_config,
+)
+
+
+def dpo(
+    pairs: Annotated[Optional[list[str]], typer.Option("--pairs", "-d", help="Preference pairs: prompt/chosen/"
+                                                       "rejected rows. Repeatable.")] = None,
+    eval_data: EvalData = None, model: Model = None, recipe: Recipe = None, output_dir: OutputDir = None,
+    max_steps: MaxSteps = None, epochs: Epochs = None, lr: LR = None, batch_size: Batch = None,
+    seed: Seed = None, lora: Lora = None,
+    beta: Annotated[Optional[float], typer.Option(help="KL strength (default 0.1).")] = None,
+    on_alarm: OnAlarm = None, holdout: Holdout = None, holdout_verifier: HoldoutVerifier = None,
+    set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
+) -> None:
+    """Direct Preference Optimization on chosen/rejected pairs (TRL DPOTrainer)."""
+    flags = flags_of(**{"data.train": pairs,
+                      **common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
+                                      lora, on_alarm, holdout, holdout_verifier), "dpo.beta": beta})
+    cfg = resolve_config("dpo", recipe, flags, set_, print_config, resume)
+    from rlft.methods import dpo as method
+
+    finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))

@@ -1,0 +1,41 @@
+"""`rlft preflight`: will GRPO learn? Sample G completions per prompt, score them, go or refuse (exit 3)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from rlft.commands.options import out_console
+
+
+def preflight_(
+    model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")],
+    prompts: Annotated[str, typer.Option("--prompts", "-d", help="Prompts with gold fields.")],
+    verifier: Annotated[list[str], typer.Option("--verifier", "-v", help="Verifier spec(s).")],
+    num_generations: Annotated[int, typer.Option("--num-generations", "-g", help="Samples per prompt (G).",
+                                                 min=2)] = 8,
+    max_prompts: Annotated[int, typer.Option(help="Prompts to probe.", min=1)] = 32,
+    max_new_tokens: Annotated[int, typer.Option(help="Generation budget per completion.")] = 64,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    min_mixed: Annotated[float, typer.Option(help="Refuse below this share of mixed groups.")] = 0.1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Will GRPO learn? Sample G completions per prompt, score them, and say go or refuse (exit 3)."""
+    from rlft.data import read_rows
+    from rlft.preflight import run_preflight
+
+    result = run_preflight(model, read_rows(prompts), verifier, num_generations=num_generations,
+                           max_prompts=max_prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                           min_mixed=min_mixed)
+    if json_out:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        out_console.print(f"pass rate {result.pass_rate:.2f}  mixed groups {result.mixed_fraction:.2f}  "
+                          f"truncated {result.truncation_rate:.2f}  unparsed {result.parse_failures:.2f}  "
+                          f"({result.prompts} prompts x {result.num_generations})")
+        out_console.print(f"verdict: [bold]{result.verdict}[/]")
+        for line in result.advice:
+            out_console.print(f"  - {line}", highlight=False)
+    raise typer.Exit(3 if result.verdict == "refuse" else 0)

@@ -1,0 +1,51 @@
+"""`rlft sft`: supervised fine-tuning on demonstrations (rlft/methods/sft.py, TRL SFTTrainer)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from rlft.commands.options import (
+    LR,
+    Batch,
+    Epochs,
+    EvalData,
+    Holdout,
+    HoldoutVerifier,
+    Lora,
+    MaxSteps,
+    Model,
+    OnAlarm,
+    OutputDir,
+    Overwrite,
+    PrintConfig,
+    Recipe,
+    Resume,
+    Seed,
+    Sets,
+    common_flags,
+    err_console,
+    finish,
+    flags_of,
+    resolve_config,
+)
+
+
+def sft(
+    data: Annotated[Optional[list[str]], typer.Option("--data", "-d", help="Demonstrations: prompt/completion "
+                                                      "or messages rows. Repeatable.")] = None,
+    eval_data: EvalData = None, model: Model = None, recipe: Recipe = None, output_dir: OutputDir = None,
+    max_steps: MaxSteps = None, epochs: Epochs = None, lr: LR = None, batch_size: Batch = None,
+    seed: Seed = None, lora: Lora = None,
+    on_alarm: OnAlarm = None, holdout: Holdout = None, holdout_verifier: HoldoutVerifier = None,
+    set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
+) -> None:
+    """Supervised fine-tuning on demonstrations (TRL SFTTrainer)."""
+    flags = flags_of(**{"data.train": data,
+                      **common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
+                                      lora, on_alarm, holdout, holdout_verifier)})
+    cfg = resolve_config("sft", recipe, flags, set_, print_config, resume)
+    from rlft.methods import sft as method
+
+    finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
