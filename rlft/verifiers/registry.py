@@ -85,6 +85,8 @@ def resolve(spec: str) -> tuple[Verifier, float]:
     name, sep, weight_text = spec.partition(":")
     weight = _weight(weight_text, spec) if sep else 1.0
     if name in REGISTRY:
+        if name == "code":
+            code_.require_isolation()  # refuse before any data is read or folder made
         return REGISTRY[name], weight
     plugins = _entry_points()
     if name in plugins:

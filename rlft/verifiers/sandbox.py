@@ -272,11 +272,12 @@ def _run_process(chosen: str, limits: Limits, job: bytes, started: float) -> _Ou
                                 cwd=work or "/", env=env, start_new_session=True, close_fds=True)
         out, err = _Reader(proc.stdout, REPORT_LIMIT), _Reader(proc.stderr, STDERR_LIMIT)
         threading.Thread(target=_feed, args=(proc.stdin, job), daemon=True).start()
-        try:
-            proc.wait(timeout=limits.wall_seconds)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        expired = threading.Event()  # a timer, not wait(timeout=): that polls, adding up to 50 ms per process
+        timer = threading.Timer(limits.wall_seconds, lambda: (expired.set(), _kill_tree(proc, wait=False)))
+        timer.start()
+        proc.wait()
+        timer.cancel()
+        timed_out = expired.is_set()
         _kill_tree(proc)
         data, stderr = out.data(), err.data()
     finally:
@@ -293,9 +294,9 @@ def _feed(stdin, job: bytes) -> None:
         pass  # the process died before reading: its exit status tells why
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
+def _kill_tree(proc: subprocess.Popen, wait: bool = True) -> None:
     """Kill the sandbox's PID 1 (its whole namespace dies with it, before bwrap can exit), then the group."""
-    if proc.poll() is None:
+    if proc.returncode is None:
         try:
             with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
                 children = [int(c) for c in f.read().split()]
@@ -306,15 +307,16 @@ def _kill_tree(proc: subprocess.Popen) -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        try:
-            proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            pass
+        if not wait:  # the timer: bwrap exits once its namespace is gone; the group kill is the backstop
+            time.sleep(0.5)
+            if proc.returncode is not None:
+                return  # reaped: its pid (the group id) may belong to someone else by now
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # --die-with-parent takes the namespace down with bwrap
     except OSError:
         pass
-    proc.wait()
+    if wait:
+        proc.wait()
 
 
 class _Reader(threading.Thread):

@@ -101,7 +101,9 @@ def plan(test: str) -> TestPlan:
         try:
             p.known[i] = ast.literal_eval(side)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            p.needs_reference.append(i)
+            pass
+    if not p.known:  # no literal side: try each side without the code (one more process per test)
+        p.needs_reference = list(range(len(p.sides)))
     return p
 
 
@@ -118,8 +120,8 @@ def settle(p: TestPlan, reference: list | None) -> TestPlan:
                 p.known[i] = decode(item[1])
             except (ValueError, TypeError, KeyError, IndexError, RecursionError):
                 pass
-    if not p.opaque and not p.known:
-        p.opaque = True
+    if not p.opaque and not p.known and p.ops != ["truth"]:
+        p.opaque = True  # every side needs the code: nothing to hold back (a bare `assert E` stays observed)
     return p
 
 

@@ -159,7 +159,7 @@ def command(chosen: str, disk_mb: int, source: str) -> tuple[list[str], str | No
     """(argv, host work dir to remove afterwards or None, environment) for one sandboxed process."""
     if chosen == "bwrap":
         return [*bwrap_argv(disk_mb), "-c", source], None, dict(_ENV)
-    work = os.path.realpath(tempfile.mkdtemp(prefix="rlft-sandbox-"))
+    work = os.path.realpath(tempfile.mkdtemp(prefix="rlft-code-"))
     env = {**_ENV, "HOME": work, "TMPDIR": work}
     return [sys.executable, "-I", "-S", "-B", "-c", source], work, env
 
@@ -168,5 +168,6 @@ def remove_work(work: str | None) -> None:
     """Delete an opt-out work dir without following links or recursing in Python (`rm -rf` walks
     iteratively, so a 1,500-deep chain cannot raise RecursionError here)."""
     if work and os.path.isdir(work) and not os.path.islink(work):
-        subprocess.run(["chmod", "-R", "u+rwx", "--", work], capture_output=True, check=False)
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", work], capture_output=True, check=False)
+        for tool, *args in (("chmod", "-R", "u+rwx"), ("rm", "-rf", "--one-file-system")):
+            path = shutil.which(tool, path=_ENV["PATH"]) or tool  # coreutils, whatever the user's PATH
+            subprocess.run([path, *args, "--", work], capture_output=True, check=False)
