@@ -28,9 +28,10 @@ so the defenses are outside it:
    well-formed report and exits forges it. A setup statement the observed side needs is sent along,
    so a test that computes its expected value in the same statement as an input leaks it. Gold tests
    should put the expected value on its own side of `==`.
-4. A hostile-output parent: it reads only pipes (never files the code wrote), keeps a bounded prefix
-   of each, parses the report as JSON into plain data, and one process's failure scores that test 0
-   and never ends the batch.
+4. A hostile-output parent: it never compiles or runs the code itself, reads only pipes (never files
+   the code wrote), keeps a bounded prefix of each, parses the report as JSON into plain data (depth
+   and size bounded), strips control characters from the messages it passes on, and one process's
+   failure scores that test 0 and never ends the batch.
 
 `RLFT_CODE_ISOLATION=none` drops layer 1 (rlimits and process-group kill only; a loud warning).
 """
@@ -115,20 +116,15 @@ def run_many(jobs: Sequence[tuple[str, Sequence[str] | str]], limits: Limits = L
                 harness.settle(t, refs.get(_ref_key(t)))
         tasks = []
         for j, ((code, _), p) in enumerate(zip(jobs, plans)):
-            if _syntax_error(code) is not None:
-                continue
             if not p:
                 tasks.append((j, -1, code, "", []))
-            for k, t in enumerate(p):
-                if t.opaque or t.observed():
-                    tasks.append((j, k, code, t.solution_setup(), [] if t.opaque else
-                                  [t.sides[i] for i in t.observed()]))
+            for k, t in enumerate(p):  # a test with nothing to observe still needs the code to run clean
+                tasks.append((j, k, code, t.solution_setup(), [] if t.opaque else [t.sides[i] for i in t.observed()]))
         outcomes = list(pool.map(lambda task: _spawn(chosen, limits, *task[2:]), tasks))
     by_job: dict[int, dict[int, _Outcome]] = {}
     for task, outcome in zip(tasks, outcomes):
         by_job.setdefault(task[0], {})[task[1]] = outcome
-    return [_result(code, p, by_job.get(j, {}), limits, protections)
-            for j, ((code, _), p) in enumerate(zip(jobs, plans))]
+    return [_result(p, by_job.get(j, {}), limits, protections) for j, p in enumerate(plans)]
 
 
 def split_tests(tests: str) -> list[str]:
@@ -161,24 +157,13 @@ def _ref_key(t: harness.TestPlan) -> tuple[str, tuple[str, ...]] | None:
     return (job[0], tuple(job[1])) if job else None
 
 
-def _syntax_error(code: str) -> str | None:
-    try:
-        compile(code, "<solution>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
-        return f"code: {type(exc).__name__}: {str(exc)[:200]}"
-    return None
-
-
-def _result(code: str, plans: list[harness.TestPlan], outcomes: dict, limits: Limits,
+def _result(plans: list[harness.TestPlan], outcomes: dict, limits: Limits,
             protections: tuple[str, ...]) -> SandboxResult:
-    syntax = _syntax_error(code)
     elapsed = max([o.elapsed for o in outcomes.values()] or [0.0])
     timed_out = any(o.timed_out for o in outcomes.values())
-    if syntax:
-        return SandboxResult(False, len(plans), 0, False, syntax, 0.0, protections)
     if not plans:
         ok, why = _judge(None, outcomes.get(-1), limits)
-        return SandboxResult(ok, 0, 0, timed_out, why, round(elapsed, 3), protections)
+        return SandboxResult(ok, 0, 0, timed_out, _printable(why), round(elapsed, 3), protections)
     n_passed, errors = 0, []
     for k, t in enumerate(plans):
         ok, why = _judge(t, outcomes.get(k), limits)
@@ -186,7 +171,7 @@ def _result(code: str, plans: list[harness.TestPlan], outcomes: dict, limits: Li
         if not ok:
             errors.append(why if why.startswith("code:") else f"test {k + 1}: {why}")
     code_errors = [e for e in errors if e.startswith("code:")]
-    error = (code_errors or errors or [""])[0]
+    error = _printable((code_errors or errors or [""])[0])
     return SandboxResult(n_passed == len(plans), len(plans), n_passed, timed_out, error, round(elapsed, 3),
                          protections)
 
@@ -217,6 +202,11 @@ def _judge(t: harness.TestPlan | None, o: _Outcome | None, limits: Limits) -> tu
     if len(payload) != len(t.observed()) or not all(isinstance(x, list) and len(x) == 2 for x in payload):
         return False, "malformed report"
     return harness.verdict(t, payload)
+
+
+def _printable(text: str) -> str:
+    """The code writes these messages: no terminal escapes or control characters reach the user's screen."""
+    return "".join(c if c.isprintable() or c == " " else "?" for c in text)
 
 
 _SIGNALS = {signal.SIGXCPU: "CPU time limit exceeded", signal.SIGKILL: "killed",
