@@ -103,16 +103,33 @@ def test_expected_value_stays_in_the_parent():
     assert p.known == {1: 4} and p.observed() == [0] and not p.needs_reference
     assert p.solution_setup() == "" and [p.sides[i] for i in p.observed()] == ["f(2)"]
     # an expected value computed in setup is evaluated without the code; the code gets only what it needs
-    p = sandbox_harness.plan("expected = sorted([9, 7])\nx = 2\nassert f(x) == expected")
-    assert sandbox_harness.reference_job(p) == ("expected = sorted([9, 7])\nx = 2", ["f(x)", "expected"])
-    sandbox_harness.settle(p, [["x", "NameError: name 'f' is not defined"], ["v", ["l", [["i", "7"], ["i", "9"]]]]])
+    p = sandbox_harness.plan("expected = sorted([9, 7])\nx, y = 2, 3\nrandom.seed(y)\nassert f(x) == expected")
+    setup = "expected = sorted([9, 7])\nx, y = (2, 3)\nrandom.seed(y)"  # as ast.unparse writes it
+    assert sandbox_harness.reference_job(p) == (setup, ["f(x)", "expected", "expected", "x"])
+    seven_nine = ["l", [["i", "7"], ["i", "9"]]]
+    sandbox_harness.settle(p, [["x", "NameError: name 'f' is not defined"], ["v", seven_nine], ["v", seven_nine],
+                               ["v", ["i", "2"]]])
     assert p.known == {1: [7, 9]} and not p.opaque
-    assert p.solution_setup() == "x = 2"
+    # x arrives as a value; `x, y = (2, 3)` is sent only because random.seed(y) (kept: it assigns nothing) reads y
+    assert p.solution_bind() == {"x": ["i", "2"]} and p.solution_setup() == "x, y = (2, 3)\nrandom.seed(y)"
+    q = sandbox_harness.settle(sandbox_harness.plan("want, x = [1, 2], [2, 1]\nassert f(x) == want"),
+                               [["x", "NameError"], ["v", ["l", [["i", "1"], ["i", "2"]]]],
+                               ["v", ["l", [["i", "1"], ["i", "2"]]]], ["v", ["l", [["i", "2"], ["i", "1"]]]]])
+    assert q.solution_setup() == "" and q.solution_bind() == {"x": ["l", [["i", "2"], ["i", "1"]]]}  # no `want`
     assert sandbox_harness.verdict(p, [["v", ["l", [["i", "7"], ["i", "9"]]]]]) == (True, "")
     assert sandbox_harness.verdict(p, [["v", ["t", [["i", "7"], ["i", "9"]]]]])[0] is False  # (7, 9) != [7, 9]
     # no side computable without the code: the test runs whole (opaque)
     p = sandbox_harness.settle(sandbox_harness.plan("assert f(2) == f(1) + 1"), [["x", "NameError"]] * 2)
     assert p.opaque and p.solution_setup() == "assert f(2) == f(1) + 1"
+
+
+def test_parent_refuses_values_built_to_be_slow():
+    collide = ["S", [["i", str(k * (2 ** 61 - 1))] for k in range(1, 2000)]]  # every element hashes to 0
+    with pytest.raises(ValueError, match="equal hashes"):
+        sandbox_harness.decode(collide)
+    with pytest.raises(ValueError, match="too deep"):
+        sandbox_harness.decode(["l", [["l", [["l", []]]]]], depth=sandbox_harness.MAX_DEPTH - 1)
+    assert sandbox_harness.decode(["S", [["i", str(k)] for k in range(2000)]]) == set(range(2000))
 
 
 @pytest.mark.parametrize("data", [b"", b"junk\n", b'["ok", []]', b'["ok", []]\n["ok", []]\n', b'["pass", 1]\n',

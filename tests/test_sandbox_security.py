@@ -84,6 +84,14 @@ def _attacks(port: int, sentinel: int) -> dict[str, tuple[str, list[str]]]:
                                  "    data += open('/proc/1/cmdline', 'rb').read()\n"
                                  "    m = re.search(rb'== *(\\d+)', data)\n    return int(m.group(1)) if m else -1",
                                  ["assert f(10) == 55"]),
+        "read_expected_setup": ("import gc, re, sys\ndef f(x):\n    texts, frame = [], sys._getframe()\n"
+                                "    while frame:\n        texts += [repr(v) for v in frame.f_locals.values()]\n"
+                                "        frame = frame.f_back\n"
+                                "    texts += [repr(o) for o in gc.get_objects() if isinstance(o, (dict, list))]\n"
+                                "    for t in texts:\n        m = re.search(r'want\\D*(\\d+)', t)\n"
+                                "        if m:\n            return int(m.group(1))\n    return -1",
+                                ["want, x = 55, 10\nassert f(x) == want"]),
+        "hash_collisions": ("def f(n): return {k * (2 ** 61 - 1) for k in range(1, 3000)}", ["assert f(1) == {1}"]),
         "always_equal": ("class A:\n    def __eq__(s, o): return True\n    def __ne__(s, o): return False\n"
                          "    __hash__ = object.__hash__\ndef f(n): return A()",
                          ["assert f(10) == 55", "assert not f(1) != 1"]),
@@ -286,6 +294,7 @@ def test_bounded_and_diagnosed(batch):
     assert results["sleep_forever"].timed_out
     assert results["fake_reports_all_fds"].error.startswith("test 1: no well-formed report")
     assert "not plain data" in results["always_equal"].error
+    assert "not plain data (ValueError)" in results["hash_collisions"].error  # refused before building the set
 
 
 def _marked_processes() -> list[int]:

@@ -17,16 +17,18 @@ so the defenses are outside it:
    side that evaluates without the solution (in a separate sandboxed process that never sees the code),
    is the expected value and stays in the parent; the solution's process is sent only the other side's
    expression (and the setup lines that expression needs), evaluates it, and reports the value as plain
-   data. The parent compares. The process's report must be exactly one well-formed line from a process
-   that exited 0; anything else (a forged second line, junk, `os._exit(0)` before reporting) fails.
+   data. Names the test sets up (`x = [3, 1, 2]`) are sent as values computed without the code, so a
+   setup line that also holds an expected value is not sent. The parent compares. The process's
+   report must be exactly one well-formed line from a process that exited 0; anything else (a forged
+   second line, junk, `os._exit(0)` before reporting) fails.
    So the only way to pass such a test is to produce its expected value, which is never inside the
    process: forging the report is as hard as solving that test. An object whose `__eq__` always
    returns True has no plain-data encoding and fails.
 3. Limits of the guarantee: an *opaque* test (no side computable without the code, e.g.
    `assert f(2) == f(1) + 1`, several asserts in one test, or a `check(candidate)` function) runs whole
    in the solution's process, and its pass is that process's own report: code that writes a
-   well-formed report and exits forges it. A setup statement the observed side needs is sent along,
-   so a test that computes its expected value in the same statement as an input leaks it. Gold tests
+   well-formed report and exits forges it. A setup statement that needs the code (`r = f(2)`) is sent
+   as source, so one that also assigns the expected value (`r, want = f(2), 4`) leaks it. Gold tests
    should put the expected value on its own side of `==`.
 4. A hostile-output parent: it never compiles or runs the code itself, reads only pipes (never files
    the code wrote), keeps a bounded prefix of each, parses the report as JSON into plain data (depth
@@ -117,9 +119,10 @@ def run_many(jobs: Sequence[tuple[str, Sequence[str] | str]], limits: Limits = L
         tasks = []
         for j, ((code, _), p) in enumerate(zip(jobs, plans)):
             if not p:
-                tasks.append((j, -1, code, "", []))
+                tasks.append((j, -1, code, "", [], {}))
             for k, t in enumerate(p):  # a test with nothing to observe still needs the code to run clean
-                tasks.append((j, k, code, t.solution_setup(), [] if t.opaque else [t.sides[i] for i in t.observed()]))
+                observe = [] if t.opaque else [t.sides[i] for i in t.observed()]
+                tasks.append((j, k, code, t.solution_setup(), observe, {} if t.opaque else t.solution_bind()))
         outcomes = list(pool.map(lambda task: _spawn(chosen, limits, *task[2:]), tasks))
     by_job: dict[int, dict[int, _Outcome]] = {}
     for task, outcome in zip(tasks, outcomes):
@@ -244,11 +247,13 @@ def _rlimits(limits: Limits) -> dict[str, list[int]]:
             "RLIMIT_NPROC": [limits.nproc] * 2, "RLIMIT_NOFILE": [limits.nofile] * 2, "RLIMIT_CORE": [0, 0]}
 
 
-def _spawn(chosen: str, limits: Limits, code: str | None, setup: str, exprs: list[str]) -> _Outcome:
+def _spawn(chosen: str, limits: Limits, code: str | None, setup: str, exprs: list[str],
+           bind: dict | None = None) -> _Outcome:
     """One sandboxed process; any failure of the machinery is an outcome without a report, never a raise."""
     started = time.monotonic()
     try:
-        job = json.dumps({"code": code, "setup": setup, "exprs": exprs, "rlimits": _rlimits(limits)})
+        job = json.dumps({"code": code, "setup": setup, "exprs": exprs, "bind": bind or {},
+                          "rlimits": _rlimits(limits)})
         return _run_process(chosen, limits, job.encode("utf-8"), started)
     except Exception as exc:  # noqa: BLE001 - one test's failure must not end the batch
         return _Outcome(None, None, False, f"sandbox failed: {type(exc).__name__}: {exc}".encode(),

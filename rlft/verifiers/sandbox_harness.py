@@ -48,21 +48,32 @@ class TestPlan:
     negate: bool = False
     known: dict[int, Any] = field(default_factory=dict)  # side index -> expected value (parent-held)
     needs_reference: list[int] = field(default_factory=list)  # non-literal sides to try without the code
+    names: list[str] = field(default_factory=list)  # setup names the non-literal sides read
+    bound: dict[str, Any] = field(default_factory=dict)  # name -> encoded value, computed without the code
 
     def observed(self) -> list[int]:
         return [i for i in range(len(self.sides)) if i not in self.known]
 
+    def solution_bind(self) -> dict[str, Any]:
+        """The values (computed without the code) of the setup names the observed sides read; only those,
+        so an expected value set up by name (`want = [1, 2]`) is never sent."""
+        read = set().union(*(_loads(ast.parse(self.sides[i], mode="eval")) for i in self.observed()))
+        return {n: v for n, v in self.bound.items() if n in read}
+
     def solution_setup(self) -> str:
-        """The setup statements the observed sides need (backward slice on assigned names)."""
+        """The setup statements the observed sides still need: a backward slice on assigned names, less the
+        names sent as values (`bound`); statements that assign nothing (`random.seed(0)`) are kept."""
         if self.opaque:
             return self.source
         needed = set().union(*(_loads(ast.parse(self.sides[i], mode="eval")) for i in self.observed()))
+        needed -= set(self.bound)
         keep: list[str] = []
         for src in reversed(self.setup):
             node = ast.parse(src)
-            if _stores(node) & needed:
+            stores = _stores(node)
+            if stores & needed or not stores:
                 keep.append(src)
-                needed |= _loads(node)
+                needed = (needed - stores) | _loads(node) if stores else needed | _loads(node)
         return "\n".join(reversed(keep))
 
 
@@ -104,22 +115,32 @@ def plan(test: str) -> TestPlan:
             pass
     if not p.known:  # no literal side: try each side without the code (one more process per test)
         p.needs_reference = list(range(len(p.sides)))
+    stored = set().union(*(_stores(ast.parse(src)) for src in p.setup))
+    read = set().union(*(_loads(ast.parse(p.sides[i], mode="eval")) for i in range(len(p.sides)) if i not in p.known))
+    p.names = sorted(read & stored)  # sent as values when they evaluate without the code
     return p
 
 
 def reference_job(p: TestPlan) -> tuple[str, list[str]] | None:
     """(setup, expressions) to evaluate without the code, or None when nothing needs it."""
-    return ("\n".join(p.setup), [p.sides[i] for i in p.needs_reference]) if p.needs_reference else None
+    exprs = [p.sides[i] for i in p.needs_reference] + p.names
+    return ("\n".join(p.setup), exprs) if exprs else None
 
 
 def settle(p: TestPlan, reference: list | None) -> TestPlan:
     """Take the reference values that evaluated; a test left with no expected side becomes opaque."""
-    for i, item in zip(p.needs_reference, reference or []):
-        if item[0] == "v":
-            try:
-                p.known[i] = decode(item[1])
-            except (ValueError, TypeError, KeyError, IndexError, RecursionError):
-                pass
+    keys = [*p.needs_reference, *p.names]
+    for key, item in zip(keys, reference or []):
+        if not (isinstance(item, list) and len(item) == 2 and item[0] == "v"):
+            continue
+        try:
+            value = decode(item[1])
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+            continue
+        if isinstance(key, int):
+            p.known[key] = value
+        else:
+            p.bound[key] = item[1]
     if not p.opaque and not p.known and p.ops != ["truth"]:
         p.opaque = True  # every side needs the code: nothing to hold back (a bare `assert E` stays observed)
     return p
@@ -182,12 +203,23 @@ def decode(enc: Any, depth: int = 0) -> Any:
     if tag == "t":
         return tuple(items)
     if tag == "S":
-        return set(items)
+        return set(_few_collisions(items))
     if tag == "F":
-        return frozenset(items)
+        return frozenset(_few_collisions(items))
     if tag == "d":
-        return {decode(k, depth + 1): decode(v, depth + 1) for k, v in enc[1]}
+        pairs = [(decode(k, depth + 1), decode(v, depth + 1)) for k, v in enc[1]]
+        _few_collisions([k for k, _ in pairs])
+        return dict(pairs)
     raise ValueError(f"unknown tag {tag!r}")
+
+
+def _few_collisions(keys: list) -> list:
+    """Refuse set/dict keys crafted to share one hash (ints k * (2**61 - 1) all hash to 0): building
+    them would take the parent quadratic time."""
+    hashes = [hash(k) for k in keys]
+    if len(hashes) - len(set(hashes)) > 64:
+        raise ValueError("too many keys with equal hashes")
+    return keys
 
 
 def parse_report(data: bytes) -> Any:
@@ -272,8 +304,21 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
         write(out, data.encode("utf-8", "replace"))
         exit_(0)
 
+    builders = {"l": list, "t": tuple, "S": set, "F": frozenset}
+    scalar_of = {"b": bool, "i": int, "f": float, "c": complex, "s": str, "y": bytes.fromhex}
+
+    def decode(enc):  # the parent's encoding of a value computed without the code
+        tag = enc[0]
+        if tag == "n" or tag == "e":
+            return None if tag == "n" else Ellipsis
+        if tag in scalar_of:
+            return scalar_of[tag](enc[1])
+        if tag == "d":
+            return {decode(k): decode(v) for k, v in enc[1]}
+        return builders[tag](decode(x) for x in enc[1])
+
     scope = {"__name__": "__main__"}
-    code, setup, exprs = job["code"], job["setup"], job["exprs"]
+    code, setup, exprs, bind = job["code"], job["setup"], job["exprs"], job.get("bind") or {}
     del job
     if code is not None:
         try:
@@ -281,6 +326,8 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
         except exc_types as exc:
             report(["code-error", describe(exc)])
     try:
+        for name, enc in bind.items():
+            scope[name] = decode(enc)
         exec(compile(setup, "<test>", "exec"), scope)
     except exc_types as exc:
         report(["error", describe(exc)])
