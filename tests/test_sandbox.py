@@ -93,6 +93,16 @@ def test_legitimate_code_still_works():
     assert result.fraction == 1.0, result
 
 
+def test_values_round_trip():
+    weird = "a\"b\\c\u00e9\U0001F600\udc80\x00\n"  # quotes, backslash, non-ASCII, astral, lone surrogate, NUL
+    code = f"def f(): return {weird!a}\ndef g(): return [1.5, -0.0, 2 ** 70, 1j, b'\\x00', None, (1,), {{1: {{2}}}}]"
+    tests = [f"assert f() == {weird!a}", "assert len(f()) == 10", "assert f() != 'a'",
+             "assert g() == [1.5, 0.0, 2 ** 70, 1j, b'\\x00', None, (1,), {1: {2}}]", "assert g()[1] is not None",
+             "assert float('nan') != float('nan')", "assert f() == 'x'"]
+    result = run_tests(code, tests, LIMITS)
+    assert (result.n_passed, result.error) == (6, "test 7: AssertionError: assert f() == 'x'"), result
+
+
 def test_tests_split():
     assert split_tests("x = f(2)\nassert x == 4\nassert f(0) == 0\ny = 1") == ["x = f(2)\nassert x == 4",
                                                                                 "assert f(0) == 0\ny = 1"]

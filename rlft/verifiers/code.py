@@ -97,6 +97,8 @@ def check_gold(field: str, value: Any) -> str | None:
             tree = ast.parse(case)
         except SyntaxError as exc:
             return f"test {i} is not valid Python: {exc.msg} (line {exc.lineno})"
+        except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, lone surrogates, deep nesting
+            return f"test {i} is not valid Python: {type(exc).__name__}: {str(exc)[:80]}"
         if not any(isinstance(node, ast.Assert) for node in ast.walk(tree)):
             return f"test {i} has no assert, so it cannot fail: {case[:60]!r}"
     return None

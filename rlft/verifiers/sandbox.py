@@ -41,7 +41,6 @@ so the defenses are outside it:
 from __future__ import annotations
 
 import ast
-import json
 import os
 import signal
 import subprocess
@@ -138,7 +137,7 @@ def split_tests(tests: str) -> list[str]:
     """
     try:
         body = ast.parse(tests).body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: NUL bytes, surrogates
         return [tests]
     chunks: list[list[ast.stmt]] = [[]]
     for node in body:
@@ -252,9 +251,8 @@ def _spawn(chosen: str, limits: Limits, code: str | None, setup: str, exprs: lis
     """One sandboxed process; any failure of the machinery is an outcome without a report, never a raise."""
     started = time.monotonic()
     try:
-        job = json.dumps({"code": code, "setup": setup, "exprs": exprs, "bind": bind or {},
-                          "rlimits": _rlimits(limits)})
-        return _run_process(chosen, limits, job.encode("utf-8"), started)
+        job = ascii({"code": code, "setup": setup, "exprs": exprs, "bind": bind or {}, "rlimits": _rlimits(limits)})
+        return _run_process(chosen, limits, job.encode("ascii"), started)
     except Exception as exc:  # noqa: BLE001 - one test's failure must not end the batch
         return _Outcome(None, None, False, f"sandbox failed: {type(exc).__name__}: {exc}".encode(),
                         time.monotonic() - started)

@@ -15,9 +15,10 @@ Each sandboxed process is `bwrap ... python -I -S -B -c <harness>` with
   maps the caller's own uid to 65534;
 - an empty environment except PATH, HOME, TMPDIR and LC_CTYPE.
 
-bubblewrap 0.5 or newer is needed (`--perms`, `--size`). When bwrap is missing or fails the probe (run once per process: uid must be 65534 and CapEff 0), the code
-verifier refuses with a UserError naming the package. `RLFT_CODE_ISOLATION=none` opts out: the harness then
-runs as a plain child process with the rlimits only, in a temporary work dir, and a loud warning is printed.
+bubblewrap 0.5 or newer is needed (`--perms`, `--size`). When bwrap is missing or fails the probe
+(run once per process: uid must be 65534 and CapEff 0), the code verifier refuses with a UserError naming
+the package. `RLFT_CODE_ISOLATION=none` opts out: the harness then runs as a plain child process with the
+rlimits only, in a temporary work dir, and a loud warning is printed.
 """
 
 from __future__ import annotations
