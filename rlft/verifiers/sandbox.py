@@ -29,7 +29,9 @@ so the defenses are outside it:
    in the solution's process, and its pass is that process's own report: code that writes a
    well-formed report and exits forges it. A setup statement that needs the code (`r = f(2)`) is sent
    as source, so one that also assigns the expected value (`r, want = f(2), 4`) leaks it. Gold tests
-   should put the expected value on its own side of `==`.
+   should put the expected value on its own side of `==`. A side counts as expected when it evaluates
+   without the code, so a test of a function that shadows a builtin (`assert max(1, 2) == 2` for a
+   task "write max") is judged against the builtin.
 4. A hostile-output parent: it never compiles or runs the code itself, reads only pipes (never files
    the code wrote), keeps a bounded prefix of each, parses the report as JSON into plain data (depth
    and size bounded), strips control characters from the messages it passes on, and one process's
@@ -179,9 +181,9 @@ def _result(plans: list[harness.TestPlan], outcomes: dict, limits: Limits,
 
 
 def _judge(t: harness.TestPlan | None, o: _Outcome | None, limits: Limits) -> tuple[bool, str]:
-    """(passed, why not) for one test from what its process did (no process: the parent alone)."""
+    """(passed, why not) for one test from what its process did."""
     if o is None:
-        return harness.verdict(t, []) if t is not None else (False, "not run")
+        return False, "not run"
     if o.timed_out:
         return False, f"timed out after {limits.wall_seconds:g} s"
     if o.report is None or o.returncode != 0:
