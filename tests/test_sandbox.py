@@ -43,9 +43,39 @@ def test_process_is_unprivileged_and_alone():
              "assert not any('site-packages' in p or 'rlft' in p for p in sys.path)",
              "assert not os.path.exists('/etc') and not os.path.exists('/home') and os.getcwd() == '/work'",
              "assert sorted(os.environ) == ['HOME', 'LC_CTYPE', 'PATH', 'PWD', 'TMPDIR']"]
+    if sandbox_isolation.seccomp_program() is not None:
+        tests.append("assert status('Seccomp') == '2'")  # SECCOMP_MODE_FILTER
     result = run_tests(code, tests, LIMITS)
     assert result.passed, result
     assert result.n_tests == len(tests) and "bwrap" in result.protections
+
+
+@needs_bwrap
+def test_seccomp_refuses_kernel_attack_surface_not_threads_or_processes():
+    if sandbox_isolation.seccomp_program() is None:
+        pytest.skip("the seccomp filter is built for x86_64 only")
+    code = textwrap.dedent("""
+        import ctypes, os, subprocess, sys, threading
+        libc = ctypes.CDLL(None, use_errno=True)
+        def call(fn, *args):
+            return fn(*args), ctypes.get_errno()
+        def thread():
+            out = []
+            t = threading.Thread(target=lambda: out.append(1))
+            t.start()
+            t.join()
+            return out
+        def child():
+            return subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True).stdout
+        """)
+    tests = ["assert call(libc.unshare, 0x10000000) == (-1, 1)",  # CLONE_NEWUSER: EPERM
+             "assert call(libc.mount, b'none', b'/work', b'tmpfs', 0, None) == (-1, 1)",
+             "assert call(libc.syscall, 250, 0, -4, 0, 0, 0) == (-1, 1)",  # keyctl
+             "assert call(libc.syscall, 425, 8, 0) == (-1, 1)",  # io_uring_setup
+             "assert call(libc.syscall, 101, 16, 1, 0, 0) == (-1, 1)",  # ptrace(PTRACE_ATTACH, 1)
+             "assert thread() == [1]", "assert child() == b'42\\n'"]
+    result = run_tests(code, tests, LIMITS)
+    assert result.passed and "seccomp" in result.protections, result
 
 
 def test_correct_code_scores_one_and_half_right_scores_half():

@@ -55,6 +55,11 @@ def _attacks(port: int, sentinel: int) -> dict[str, tuple[str, list[str]]]:
         "unshare_user": ("import ctypes\ndef f():\n    libc = ctypes.CDLL(None, use_errno=True)\n"
                          "    libc.unshare(0x10000000 | 0x20000)\n    return open('/etc/shadow').read()",
                          ["assert 'root:' in f()"]),
+        "keyring_shared": ("import ctypes\ndef f():\n    libc = ctypes.CDLL(None, use_errno=True)\n"  # add_key
+                           "    return libc.syscall(248, b'user', b'rlft', b'x', 1, -4)", ["assert f() > 0"]),
+        "io_uring": ("import ctypes\ndef f():\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+                     "    params = ctypes.create_string_buffer(120)\n    return libc.syscall(425, 8, params)",
+                     ["assert f() >= 0"]),
         "mount_proc": ("import ctypes\ndef f():\n    libc = ctypes.CDLL(None, use_errno=True)\n"
                        "    return libc.mount(b'none', b'/work', b'tmpfs', 0, None)", ["assert f() == 0"]),
         # escaping a Python-level guard

@@ -107,6 +107,8 @@ def run_many(jobs: Sequence[tuple[str, Sequence[str] | str]], limits: Limits = L
     chosen = isolation.require()
     protections = (("bwrap", "uid-65534", "no-caps", "pidns", "netns", "mountns", "rlimits")
                    if chosen == "bwrap" else ("rlimits",))
+    if chosen == "bwrap" and isolation.seccomp_program() is not None:
+        protections += ("seccomp",)
     plans = [[harness.plan(t) for t in (split_tests(tests) if isinstance(tests, str) else [str(t) for t in tests])]
              for _, tests in jobs]
     workers = workers or max(1, min(8, os.cpu_count() or 1))
@@ -261,10 +263,14 @@ def _spawn(chosen: str, limits: Limits, code: str | None, setup: str, exprs: lis
 
 
 def _run_process(chosen: str, limits: Limits, job: bytes, started: float) -> _Outcome:
-    argv, work, env = isolation.command(chosen, limits.disk_mb, harness.child_source())
+    argv, work, env, fds = isolation.command(chosen, limits.disk_mb, harness.child_source())
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                cwd=work or "/", env=env, start_new_session=True, close_fds=True)
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    cwd=work or "/", env=env, start_new_session=True, close_fds=True, pass_fds=fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
         out, err = _Reader(proc.stdout, REPORT_LIMIT), _Reader(proc.stderr, STDERR_LIMIT)
         threading.Thread(target=_feed, args=(proc.stdin, job), daemon=True).start()
         expired = threading.Event()  # a timer, not wait(timeout=): that polls, adding up to 50 ms per process

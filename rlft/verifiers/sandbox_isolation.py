@@ -13,7 +13,12 @@ Each sandboxed process is `bwrap ... python -I -S -B -c <harness>` with
   util-linux's `setpriv` switches to 65534 before the interpreter starts, so 65534 is the real uid on the
   host too (a user namespace would map it back to host root). Not as root, bwrap's `--unshare-user`
   maps the caller's own uid to 65534;
-- an empty environment except PATH, HOME, TMPDIR and LC_CTYPE.
+- an empty environment except PATH, HOME, TMPDIR and LC_CTYPE;
+- on x86_64, a seccomp filter (`--seccomp`, built here as classic BPF: no libseccomp needed) refusing
+  with EPERM what an unprivileged process only needs for kernel attacks: new namespaces (unshare, setns,
+  clone with CLONE_NEW*), mount and the new mount API, ptrace, keyrings, bpf, perf_event_open,
+  userfaultfd, io_uring, module loading, kexec, handle-based opens; clone3 gets ENOSYS (glibc then
+  falls back to clone, whose flags the filter can read), and x32 or foreign-arch syscalls are refused.
 
 bubblewrap 0.5 or newer is needed (`--perms`, `--size`). When bwrap is missing or fails the probe
 (run once per process: uid must be 65534 and CapEff 0), the code verifier refuses with a UserError naming
@@ -24,7 +29,9 @@ rlimits only, in a temporary work dir, and a loud warning is printed.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -79,11 +86,14 @@ def _probe() -> str:
     src = ("import os\nst = open('/proc/self/status').read().split('\\n')\n"
            "caps = [l.split()[1] for l in st if l.startswith(('CapEff', 'CapPrm', 'CapBnd'))]\n"
            "print(os.getuid(), os.getgid(), *caps)")
+    argv, _, env, fds = command("bwrap", 16, src)
     try:
-        out = subprocess.run([*bwrap_argv(16), "-c", src], capture_output=True, text=True, timeout=30,
-                             env=dict(_ENV))
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env, pass_fds=fds)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap did not start: {exc}"
+    finally:
+        for fd in fds:
+            os.close(fd)
     want = f"{SANDBOX_UID} {SANDBOX_UID} " + " ".join(["0000000000000000"] * 3)
     if out.returncode != 0 or out.stdout.strip() != want:
         why = (out.stderr.strip().splitlines() or [out.stdout.strip()])[-1:] or ["no output"]
@@ -123,11 +133,13 @@ def _ancestors(paths: list[str]) -> list[str]:
     return sorted(out, key=lambda d: d.count("/"))
 
 
-def bwrap_argv(disk_mb: int) -> list[str]:
+def bwrap_argv(disk_mb: int, seccomp_fd: int | None = None) -> list[str]:
     """The command line up to and including the interpreter and its flags; append `-c SOURCE`."""
     python, binds, hide = _layout()
     argv = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--clearenv"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     for k, v in _ENV.items():
         argv += ["--setenv", k, v]
     argv += ["--proc", "/proc", "--dev", "/dev"]
@@ -156,13 +168,62 @@ def bwrap_argv(disk_mb: int) -> list[str]:
     return [*argv, python, "-I", "-S", "-B"]
 
 
-def command(chosen: str, disk_mb: int, source: str) -> tuple[list[str], str | None, dict[str, str]]:
-    """(argv, host work dir to remove afterwards or None, environment) for one sandboxed process."""
+def command(chosen: str, disk_mb: int, source: str) -> tuple[list[str], str | None, dict[str, str], tuple[int, ...]]:
+    """(argv, host work dir to remove afterwards or None, environment, fds to pass and then close) for one
+    sandboxed process."""
     if chosen == "bwrap":
-        return [*bwrap_argv(disk_mb), "-c", source], None, dict(_ENV)
+        program = seccomp_program()
+        if program is None:
+            return [*bwrap_argv(disk_mb), "-c", source], None, dict(_ENV), ()
+        read_fd, write_fd = os.pipe()  # bwrap reads the filter from it; 8 bytes an instruction, < 1 KB
+        try:
+            os.write(write_fd, program)
+        finally:
+            os.close(write_fd)
+        return [*bwrap_argv(disk_mb, read_fd), "-c", source], None, dict(_ENV), (read_fd,)
     work = os.path.realpath(tempfile.mkdtemp(prefix="rlft-code-"))
     env = {**_ENV, "HOME": work, "TMPDIR": work}
-    return [sys.executable, "-I", "-S", "-B", "-c", source], work, env
+    return [sys.executable, "-I", "-S", "-B", "-c", source], work, env, ()
+
+
+# x86_64 syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl)
+_DENY_X86_64 = {"ptrace": 101, "pivot_root": 155, "chroot": 161, "mount": 165, "umount2": 166, "init_module": 175,
+                "delete_module": 176, "kexec_load": 246, "add_key": 248, "request_key": 249, "keyctl": 250,
+                "unshare": 272, "perf_event_open": 298, "name_to_handle_at": 303, "open_by_handle_at": 304,
+                "setns": 308, "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323,
+                "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
+                "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+                "mount_setattr": 442}
+_CLONE, _CLONE3 = 56, 435
+_CLONE_NEW = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET (<linux/sched.h>)
+
+
+@cache
+def seccomp_program() -> bytes | None:
+    """The filter as `struct sock_filter` records, or None off x86_64 (syscall numbers differ)."""
+    if platform.machine() not in ("x86_64", "AMD64") or sys.byteorder != "little":
+        return None
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
+    allow, kill = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
+    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ERRNO | EPERM / ENOSYS
+    denied = sorted(_DENY_X86_64.values())
+    # layout: arch check (3), nr load (1), x32 check (1), denied (n), clone3 (1), clone (1), flags (2), rets (3)
+    n = len(denied)
+    at_allow = 5 + n + 4
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, kill),  # seccomp_data.arch: AUDIT_ARCH_X86_64
+            (ld, 0, 0, 0)]  # seccomp_data.nr
+    prog.append((jge, at_allow + 1 - 5, 0, 0x40000000))  # __X32_SYSCALL_BIT: refuse
+    for k, nr in enumerate(denied):
+        i = 5 + k
+        prog.append((jeq, at_allow + 1 - (i + 1), 0, nr))
+    i = 5 + n
+    prog.append((jeq, at_allow + 2 - (i + 1), 0, _CLONE3))
+    prog.append((jeq, 0, at_allow - (i + 2), _CLONE))
+    prog.append((ld, 0, 0, 16))  # seccomp_data.args[0], low 32 bits: the clone flags
+    prog.append((jset, 1, 0, _CLONE_NEW))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
+    assert len(prog) == at_allow + 3  # noqa: S101 - the jump offsets above depend on it
+    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
 
 
 def remove_work(work: str | None) -> None:
