@@ -203,6 +203,9 @@ HONEST = {
     "namedtuple_async": ("import asyncio\nfrom collections import namedtuple\nP = namedtuple('P', 'x y')\n"
                          "async def g(x):\n    await asyncio.sleep(0)\n    return P(x, 2 * x)\n"
                          "def f(x):\n    return asyncio.run(g(x))", ["assert f(2) == (2, 4)", "assert f(1).y == 2"]),
+    "multiprocessing": ("import multiprocessing\ndef sq(x):\n    return x * x\ndef f():\n"
+                        "    with multiprocessing.get_context('fork').Pool(2) as pool:\n"
+                        "        return pool.map(sq, [1, 2, 3])", ["assert f() == [1, 4, 9]"]),
     "custom_class": ("class D:\n    def __init__(s, v): s.v = v\n    def __eq__(s, o): return s.v == o.v\n"
                      "def f(v): return D(v)", ["assert f(1) == f(1)", "assert not f(1) == f(2)"]),
 }

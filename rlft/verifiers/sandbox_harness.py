@@ -340,7 +340,7 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
             return {decode(k): decode(v) for k, v in enc[1]}
         return builders[tag](decode(x) for x in enc[1])
 
-    scope = {"__name__": "__main__"}
+    scope = sys.modules["__main__"].__dict__  # the code's functions pickle (multiprocessing) as __main__.f
     code, setup, exprs, bind = job["code"], job["setup"], job["exprs"], job.get("bind") or {}
     del job
     if code is not None:

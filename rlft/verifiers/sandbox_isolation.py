@@ -158,7 +158,8 @@ def bwrap_argv(disk_mb: int, seccomp_fd: int | None = None) -> list[str]:
     for d in hide:
         argv += ["--tmpfs", d]  # site-packages: an empty folder
     size = str(disk_mb * 1024 * 1024)
-    argv += ["--size", size, "--perms", "1777", "--tmpfs", WORK, "--size", str(1024 * 1024), "--tmpfs", "/dev/shm",
+    argv += ["--size", size, "--perms", "1777", "--tmpfs", WORK,
+             "--size", str(1024 * 1024), "--perms", "1777", "--tmpfs", "/dev/shm",  # 1 MB: semaphores, not data
              "--remount-ro", "/", "--chdir", WORK]
     if root:
         argv += ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
