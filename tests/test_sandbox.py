@@ -125,12 +125,14 @@ def test_legitimate_code_still_works():
 
 def test_values_round_trip():
     weird = "a\"b\\c\u00e9\U0001F600\udc80\x00\n"  # quotes, backslash, non-ASCII, astral, lone surrogate, NUL
-    code = f"def f(): return {weird!a}\ndef g(): return [1.5, -0.0, 2 ** 70, 1j, b'\\x00', None, (1,), {{1: {{2}}}}]"
+    code = (f"def f(): return {weird!a}\ndef g(): return [1.5, -0.0, 2 ** 70, 1j, b'\\x00', None, (1,), {{1: {{2}}}}]\n"
+            "import math\ndef big(): return -math.factorial(2000)")  # 5,736 digits: past int's str limit
     tests = [f"assert f() == {weird!a}", "assert len(f()) == 10", "assert f() != 'a'",
              "assert g() == [1.5, 0.0, 2 ** 70, 1j, b'\\x00', None, (1,), {1: {2}}]", "assert g()[1] is not None",
-             "assert float('nan') != float('nan')", "assert f() == 'x'"]
+             "assert float('nan') != float('nan')", "import math\nassert big() == -math.factorial(2000)",
+             "assert f() == 'x'"]
     result = run_tests(code, tests, LIMITS)
-    assert (result.n_passed, result.error) == (6, "test 7: AssertionError: assert f() == 'x'"), result
+    assert (result.n_passed, result.error) == (7, "test 8: AssertionError: assert f() == 'x'"), result
 
 
 def test_tests_split():
@@ -164,12 +166,12 @@ def test_expected_value_stays_in_the_parent():
 
 
 def test_parent_refuses_values_built_to_be_slow():
-    collide = ["S", [["i", str(k * (2 ** 61 - 1))] for k in range(1, 2000)]]  # every element hashes to 0
+    collide = ["S", [["i", f"{k * (2 ** 61 - 1):x}"] for k in range(1, 2000)]]  # every element hashes to 0
     with pytest.raises(ValueError, match="equal hashes"):
         sandbox_harness.decode(collide)
     with pytest.raises(ValueError, match="too deep"):
         sandbox_harness.decode(["l", [["l", [["l", []]]]]], depth=sandbox_harness.MAX_DEPTH - 1)
-    assert sandbox_harness.decode(["S", [["i", str(k)] for k in range(2000)]]) == set(range(2000))
+    assert sandbox_harness.decode(["S", [["i", f"{k:x}"] for k in range(2000)]]) == set(range(2000))
 
 
 @pytest.mark.parametrize("data", [b"", b"junk\n", b'["ok", []]', b'["ok", []]\n["ok", []]\n', b'["pass", 1]\n',

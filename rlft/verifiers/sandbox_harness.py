@@ -186,7 +186,7 @@ def decode(enc: Any, depth: int = 0) -> Any:
     if tag == "b":
         return bool(enc[1])
     if tag == "i":
-        return int(enc[1])
+        return int(enc[1], 16)  # hex, so no digit limit applies
     if tag == "f":
         return float(enc[1])
     if tag == "c":
@@ -264,7 +264,8 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
             pass
     write, exit_, type_ = os.write, os._exit, type
     exc_types = (BaseException,)
-    scalars = ((bool, None), (int, int.__repr__), (float, float.__repr__), (complex, complex.__repr__),
+    hex_of = int.__format__  # hex: no 4,300-digit limit (sys.set_int_max_str_digits) on power-of-2 bases
+    scalars = ((bool, None), (int, lambda v: hex_of(v, "x")), (float, float.__repr__), (complex, complex.__repr__),
                (str, str.__str__), (bytes, bytes.hex))
     tags = {bool: "b", int: "i", float: "f", complex: "c", str: "s", bytes: "y"}
     containers = ((list, "l", list.__iter__), (tuple, "t", tuple.__iter__), (set, "S", set.__iter__),
@@ -328,7 +329,7 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
         exit_(0)
 
     builders = {"l": list, "t": tuple, "S": set, "F": frozenset}
-    scalar_of = {"b": bool, "i": int, "f": float, "c": complex, "s": str, "y": bytes.fromhex}
+    scalar_of = {"b": bool, "i": lambda x: int(x, 16), "f": float, "c": complex, "s": str, "y": bytes.fromhex}
 
     def decode(enc):  # the parent's encoding of a value computed without the code
         tag = enc[0]
