@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -215,6 +216,18 @@ def test_refuses_without_bubblewrap(tmp_path):
     assert out.returncode == 2, out.stderr
     assert "apt-get install bubblewrap" in out.stderr and "RLFT_CODE_ISOLATION=none" in out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_refuses_when_bubblewrap_cannot_isolate(tmp_path):
+    fake = tmp_path / "bwrap"  # what bwrap says in a container that may not create namespaces
+    fake.write_text("#!/bin/sh\necho 'bwrap: Creating new namespace failed: Operation not permitted' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    for tool in ("setpriv",):
+        (tmp_path / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
+    out = _verify(tmp_path, {"PATH": str(tmp_path), "RLFT_CODE_ISOLATION": ""})
+    assert out.returncode == 2, out.stderr
+    assert "failed its startup probe" in out.stderr and "Operation not permitted" in out.stderr
+    assert "RLFT_CODE_ISOLATION=none" in out.stderr and out.stdout == ""
 
 
 def test_opt_out_runs_with_a_loud_warning(tmp_path):

@@ -65,8 +65,11 @@ def require() -> str:
         return chosen
     problem = _probe()
     if problem:
+        remedy = INSTALL_HINT if "not on PATH" in problem else (
+            "run where bubblewrap 0.5+ may create namespaces (a container needs e.g. --privileged, or a seccomp "
+            "profile allowing unshare)")
         raise UserError(f"the code verifier cannot isolate model-written code: {problem}",
-                        f"{INSTALL_HINT}; or set {ENV_VAR}=none to run it with resource limits only (unsafe)")
+                        f"{remedy}; or set {ENV_VAR}=none to run it with resource limits only (unsafe)")
     return chosen
 
 
@@ -79,7 +82,7 @@ def _warn_once() -> None:
 @cache
 def _probe() -> str:
     """'' when bwrap gives a process uid 65534 with no capabilities; else what went wrong."""
-    if shutil.which("bwrap") is None:
+    if _bwrap() is None:
         return "bubblewrap (bwrap) is not on PATH"
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not on PATH, needed to drop root"
@@ -99,6 +102,12 @@ def _probe() -> str:
         why = (out.stderr.strip().splitlines() or [out.stdout.strip()])[-1:] or ["no output"]
         return f"bwrap failed its startup probe (exit {out.returncode}: {why[0][:200]})"
     return ""
+
+
+@cache
+def _bwrap() -> str | None:
+    """bwrap's absolute path on the user's PATH (the sandbox's own PATH is not the user's)."""
+    return shutil.which("bwrap")
 
 
 @cache
@@ -136,8 +145,8 @@ def _ancestors(paths: list[str]) -> list[str]:
 def bwrap_argv(disk_mb: int, seccomp_fd: int | None = None) -> list[str]:
     """The command line up to and including the interpreter and its flags; append `-c SOURCE`."""
     python, binds, hide = _layout()
-    argv = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session", "--clearenv"]
+    argv = [_bwrap() or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
     for k, v in _ENV.items():
