@@ -136,6 +136,13 @@ def test_values_round_trip():
     assert (result.n_passed, result.error) == (7, "test 8: AssertionError: assert f() == 'x'"), result
 
 
+def test_a_test_with_several_asserts_passes_when_all_do():
+    tests = ["assert f(1) == 1\nassert f(2) == 4", "x = 3\nassert f(x) == 9\nassert f(0) == 0"]
+    assert run_tests("def f(x): return x * x", tests, LIMITS).fraction == 1.0
+    half = run_tests("def f(x): return x if x < 3 else x * x", tests, LIMITS)
+    assert (half.n_tests, half.n_passed) == (2, 1) and half.error == "test 1: AssertionError: assert f(2) == 4"
+
+
 def test_tests_split():
     assert split_tests("x = f(2)\nassert x == 4\nassert f(0) == 0\ny = 1") == ["x = f(2)\nassert x == 4",
                                                                                 "assert f(0) == 0\ny = 1"]

@@ -74,6 +74,8 @@ def _attacks(port: int, sentinel: int) -> dict[str, tuple[str, list[str]]]:
         "system_exit": ("raise SystemExit(0)", ["assert f(10) == 55"]),
         "fake_report": ("import os, json\nos.write(1, (json.dumps(['ok', [['v', ['i', '56']]]]) + '\\n').encode())\n"
                         "os._exit(0)", ["assert f(10) == 55"]),
+        "fake_report_multi_assert": ("import os\nos.write(1, b'[\"ok\", []]\\n')\nos._exit(0)",
+                                     ["assert f(1) == 1\nassert f(2) == 4"]),  # each assert is its own part
         "fake_reports_all_fds": ("import os, json\nfor n in range(100):\n"
                                  "    line = (json.dumps(['ok', [['v', ['i', str(n)]]]]) + '\\n').encode()\n"
                                  "    for fd in range(64):\n        try:\n            os.write(fd, line)\n"

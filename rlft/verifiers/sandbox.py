@@ -13,7 +13,8 @@ so the defenses are outside it:
    Inside, the harness sets rlimits (CPU, address space, file size, processes, fds, no core files);
    the kernel enforces them and an unprivileged process cannot raise them.
 2. Verdicts in the parent (`rlft.verifiers.sandbox_harness`): each test runs in a process of its own
-   (test N cannot see test M or its result). A test `assert LHS == RHS` is split: a literal side, or a
+   (test N cannot see test M or its result); a test given with several top-level asserts is split into
+   parts, one process each, and passes when every part does. A test `assert LHS == RHS` is split: a literal side, or a
    side that evaluates without the solution (in a separate sandboxed process that never sees the code),
    is the expected value and stays in the parent; the solution's process is sent only the other side's
    expression (and the setup lines that expression needs), evaluates it, and reports the value as plain
@@ -25,7 +26,7 @@ so the defenses are outside it:
    process: forging the report is as hard as solving that test. An object whose `__eq__` always
    returns True has no plain-data encoding and fails.
 3. Limits of the guarantee: an *opaque* test (no side computable without the code, e.g.
-   `assert f(2) == f(1) + 1`, several asserts in one test, or a `check(candidate)` function) runs whole
+   `assert f(2) == f(1) + 1`, an assert inside a block, or a `check(candidate)` function) runs whole
    in the solution's process, and its pass is that process's own report: code that writes a
    well-formed report and exits forges it. A setup statement that needs the code (`r = f(2)`) is sent
    as source, so one that also assigns the expected value (`r, want = f(2), 4`) leaks it. Gold tests
@@ -109,28 +110,33 @@ def run_many(jobs: Sequence[tuple[str, Sequence[str] | str]], limits: Limits = L
                    if chosen == "bwrap" else ("rlimits",))
     if chosen == "bwrap" and isolation.seccomp_program() is not None:
         protections += ("seccomp",)
-    plans = [[harness.plan(t) for t in (split_tests(tests) if isinstance(tests, str) else [str(t) for t in tests])]
-             for _, tests in jobs]
+    # plans[j][k]: the parts of job j's test k; a test given with several asserts passes when all do
+    plans = [[[harness.plan(part) for part in split_tests(t)] for t in _cases(tests)] for _, tests in jobs]
+    flat = [part for p in plans for test in p for part in test]
     workers = workers or max(1, min(8, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        refs = {r: None for p in plans for t in p if (r := _ref_key(t)) is not None}
+        refs = {r: None for t in flat if (r := _ref_key(t)) is not None}
         for key, outcome in zip(refs, pool.map(lambda k: _spawn(chosen, limits, None, k[0], list(k[1])), refs)):
             refs[key] = outcome.values() if outcome.report and outcome.report[0] == "ok" else None
-        for p in plans:
-            for t in p:
-                harness.settle(t, refs.get(_ref_key(t)))
+        for t in flat:
+            harness.settle(t, refs.get(_ref_key(t)))
         tasks = []
         for j, ((code, _), p) in enumerate(zip(jobs, plans)):
             if not p:
-                tasks.append((j, -1, code, "", [], {}))
-            for k, t in enumerate(p):  # a test with nothing to observe still needs the code to run clean
-                observe = [] if t.opaque else [t.sides[i] for i in t.observed()]
-                tasks.append((j, k, code, t.solution_setup(), observe, {} if t.opaque else t.solution_bind()))
-        outcomes = list(pool.map(lambda task: _spawn(chosen, limits, *task[2:]), tasks))
-    by_job: dict[int, dict[int, _Outcome]] = {}
-    for task, outcome in zip(tasks, outcomes):
-        by_job.setdefault(task[0], {})[task[1]] = outcome
+                tasks.append(((j, -1, 0), code, "", [], {}))
+            for k, test in enumerate(p):  # a part with nothing to observe still needs the code to run clean
+                for m, t in enumerate(test):
+                    observe = [] if t.opaque else [t.sides[i] for i in t.observed()]
+                    tasks.append(((j, k, m), code, t.solution_setup(), observe, {} if t.opaque else t.solution_bind()))
+        outcomes = list(pool.map(lambda task: _spawn(chosen, limits, *task[1:]), tasks))
+    by_job: dict[int, dict[tuple[int, int], _Outcome]] = {}
+    for ((j, k, m), *_), outcome in zip(tasks, outcomes):
+        by_job.setdefault(j, {})[(k, m)] = outcome
     return [_result(p, by_job.get(j, {}), limits, protections) for j, p in enumerate(plans)]
+
+
+def _cases(tests: Sequence[str] | str) -> list[str]:
+    return split_tests(tests) if isinstance(tests, str) else [str(t) for t in tests]
 
 
 def split_tests(tests: str) -> list[str]:
@@ -163,18 +169,21 @@ def _ref_key(t: harness.TestPlan) -> tuple[str, tuple[str, ...]] | None:
     return (job[0], tuple(job[1])) if job else None
 
 
-def _result(plans: list[harness.TestPlan], outcomes: dict, limits: Limits,
+def _result(plans: list[list[harness.TestPlan]], outcomes: dict, limits: Limits,
             protections: tuple[str, ...]) -> SandboxResult:
     elapsed = max([o.elapsed for o in outcomes.values()] or [0.0])
     timed_out = any(o.timed_out for o in outcomes.values())
     if not plans:
-        ok, why = _judge(None, outcomes.get(-1), limits)
+        ok, why = _judge(None, outcomes.get((-1, 0)), limits)
         return SandboxResult(ok, 0, 0, timed_out, _printable(why), round(elapsed, 3), protections)
     n_passed, errors = 0, []
-    for k, t in enumerate(plans):
-        ok, why = _judge(t, outcomes.get(k), limits)
-        n_passed += ok
-        if not ok:
+    for k, test in enumerate(plans):
+        verdicts = [_judge(t, outcomes.get((k, m)), limits) for m, t in enumerate(test)]
+        why = next((w for ok, w in verdicts if not ok), "")
+        if all(ok for ok, _ in verdicts) and verdicts:
+            n_passed += 1
+        else:
+            why = why or "no assert"
             errors.append(why if why.startswith("code:") else f"test {k + 1}: {why}")
     code_errors = [e for e in errors if e.startswith("code:")]
     error = _printable((code_errors or errors or [""])[0])

@@ -7,8 +7,8 @@ sandboxed process that never sees the code: `reference` values) is one too. The 
 *observed*: the solution's process evaluates them and sends back their values, encoded as plain data, and
 the parent applies the comparison to the decoded values. The solution's process receives only the
 observed expressions and the setup lines they need (a backward slice on assigned names), never the
-expected side. A test without such an anchor (no side computable without the code, several asserts, a
-`check(candidate)` function) is *opaque*: it runs whole in the solution's process and passes when that
+expected side. A test without such an anchor (no side computable without the code, an assert inside a
+block, a `check(candidate)` function) is *opaque*: it runs whole in the solution's process and passes when that
 process reports it finished; see `rlft.verifiers.sandbox` for what that means for forging.
 
 Child side (`child_source`): read the job on stdin, set the rlimits, move the code's stdout to stderr
