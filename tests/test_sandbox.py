@@ -143,6 +143,26 @@ def test_a_test_with_several_asserts_passes_when_all_do():
     assert (half.n_tests, half.n_passed) == (2, 1) and half.error == "test 1: AssertionError: assert f(2) == 4"
 
 
+def test_check_function_becomes_one_test_per_assert():
+    tests = textwrap.dedent("""
+        METADATA = {"author": "x"}
+        def check(candidate):
+            \"\"\"HumanEval style.\"\"\"
+            assert candidate(1) == 2
+            assert candidate(-1) == 0, "negative"
+            assert abs(candidate(0.5) - 1.5) < 1e-9
+        check(inc)
+        """)
+    assert run_tests("def inc(x):\n    return x + 1", tests, LIMITS).fraction == 1.0
+    wrong = run_tests("def inc(x):\n    return 2 if x == 1 else x", tests, LIMITS)
+    assert (wrong.n_tests, wrong.n_passed) == (3, 1)
+    forged = run_tests("import os\nos.write(1, b'[\"ok\", []]\\n')\nos._exit(0)", tests, LIMITS)
+    assert forged.n_passed == 0  # each assert's expected side stays in the parent: no report can forge it
+    # anything else stays one opaque test (a loop in check, no call of check)
+    loop = "def check(candidate):\n    for i in range(3):\n        assert candidate(i) == i + 1\ncheck(inc)"
+    assert sandbox.inline_check(loop) is None and sandbox.inline_check(tests.replace("check(inc)", "")) is None
+
+
 def test_tests_split():
     assert split_tests("x = f(2)\nassert x == 4\nassert f(0) == 0\ny = 1") == ["x = f(2)\nassert x == 4",
                                                                                 "assert f(0) == 0\ny = 1"]

@@ -6,37 +6,38 @@ fork, sleep, allocate, fill its disk, and try to reach the host. Nothing inside 
 so the defenses are outside it:
 
 1. Isolation (`rlft.verifiers.sandbox_isolation`): every process runs under bubblewrap as uid 65534
-   with no capabilities, in its own PID/network/mount/IPC/UTS namespaces, seeing only a read-only
-   interpreter + stdlib and a size-capped tmpfs work dir; the verifier and every host process are
-   outside its PID namespace (it cannot see or signal them), the host network is unreachable, and
-   nothing it writes persists. The parent kills the whole PID namespace at the wall-clock timeout.
-   Inside, the harness sets rlimits (CPU, address space, file size, processes, fds, no core files);
-   the kernel enforces them and an unprivileged process cannot raise them.
+   with no capabilities, in its own PID/network/mount/IPC/UTS namespaces, under a seccomp filter,
+   seeing only a read-only interpreter + stdlib and a size-capped tmpfs work dir; the verifier and
+   every host process are outside its PID namespace (it cannot see or signal them), the host network
+   is unreachable, and nothing it writes persists. The parent kills the whole PID namespace at the
+   wall-clock timeout. Inside, the harness sets rlimits (CPU, address space, file size, processes,
+   fds, no core files); the kernel enforces them and an unprivileged process cannot raise them.
 2. Verdicts in the parent (`rlft.verifiers.sandbox_harness`): each test runs in a process of its own
-   (test N cannot see test M or its result); a test given with several top-level asserts is split into
-   parts, one process each, and passes when every part does. A test `assert LHS == RHS` is split: a literal side, or a
-   side that evaluates without the solution (in a separate sandboxed process that never sees the code),
-   is the expected value and stays in the parent; the solution's process is sent only the other side's
-   expression (and the setup lines that expression needs), evaluates it, and reports the value as plain
-   data. Names the test sets up (`x = [3, 1, 2]`) are sent as values computed without the code, so a
-   setup line that also holds an expected value is not sent. The parent compares. The process's
-   report must be exactly one well-formed line from a process that exited 0; anything else (a forged
-   second line, junk, `os._exit(0)` before reporting) fails.
-   So the only way to pass such a test is to produce its expected value, which is never inside the
-   process: forging the report is as hard as solving that test. An object whose `__eq__` always
-   returns True has no plain-data encoding and fails.
+   (test N cannot see test M or its result). A test `assert LHS == RHS` is split: a literal side, or
+   a side that evaluates without the solution (in a separate sandboxed process that never sees the
+   code), is the expected value and stays in the parent; the solution's process is sent only the other
+   side's expression (and the setup lines that expression needs), evaluates it, and reports the value
+   as plain data. Names the test sets up (`x = [3, 1, 2]`) are sent as values computed without the
+   code, so a setup line that also holds an expected value is not sent. The parent compares. The
+   process's report must be exactly one well-formed line from a process that exited 0; anything else
+   (a forged second line, junk, `os._exit(0)` before reporting) fails. So the only way to pass such a
+   test is to produce its expected value, which is never inside the process: forging the report is as
+   hard as solving that test. An object whose `__eq__` always returns True has no plain-data encoding
+   and fails. A test given with several top-level asserts is split into parts (one process each; the
+   test passes when all do), and a HumanEval-style `def check(candidate)` of plain asserts called as
+   `check(fn)` becomes one test per assert (`inline_check`).
 3. Limits of the guarantee: an *opaque* test (no side computable without the code, e.g.
-   `assert f(2) == f(1) + 1`, an assert inside a block, or a `check(candidate)` function) runs whole
-   in the solution's process, and its pass is that process's own report: code that writes a
-   well-formed report and exits forges it. A setup statement that needs the code (`r = f(2)`) is sent
-   as source, so one that also assigns the expected value (`r, want = f(2), 4`) leaks it. Gold tests
-   should put the expected value on its own side of `==`. A side counts as expected when it evaluates
-   without the code, so a test of a function that shadows a builtin (`assert max(1, 2) == 2` for a
-   task "write max") is judged against the builtin.
+   `assert f(2) == f(1) + 1`, an assert inside a loop or branch, or a `check` function with more than
+   plain asserts) runs whole in the solution's process, and its pass is that process's own report:
+   code that writes a well-formed report and exits forges it. A setup statement that needs the code
+   (`r = f(2)`) is sent as source, so one that also assigns the expected value (`r, want = f(2), 4`)
+   leaks it. Gold tests should put the expected value on its own side of `==`. A side counts as
+   expected when it evaluates without the code, so a test of a function that shadows a builtin
+   (`assert max(1, 2) == 2` for a task "write max") is judged against the builtin.
 4. A hostile-output parent: it never compiles or runs the code itself, reads only pipes (never files
-   the code wrote), keeps a bounded prefix of each, parses the report as JSON into plain data (depth
-   and size bounded), strips control characters from the messages it passes on, and one process's
-   failure scores that test 0 and never ends the batch.
+   the code wrote), keeps a bounded prefix of each, parses the report as JSON into plain data (depth,
+   size and hash collisions bounded), strips control characters from the messages it passes on, and
+   one process's failure scores that test 0 and never ends the batch.
 
 `RLFT_CODE_ISOLATION=none` drops layer 1 (rlimits and process-group kill only; a loud warning).
 """
@@ -111,7 +112,7 @@ def run_many(jobs: Sequence[tuple[str, Sequence[str] | str]], limits: Limits = L
     if chosen == "bwrap" and isolation.seccomp_program() is not None:
         protections += ("seccomp",)
     # plans[j][k]: the parts of job j's test k; a test given with several asserts passes when all do
-    plans = [[[harness.plan(part) for part in split_tests(t)] for t in _cases(tests)] for _, tests in jobs]
+    plans = [[[harness.plan(part) for part in _parts(t)] for t in _cases(tests)] for _, tests in jobs]
     flat = [part for p in plans for test in p for part in test]
     workers = workers or max(1, min(8, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -136,7 +137,47 @@ def run_many(jobs: Sequence[tuple[str, Sequence[str] | str]], limits: Limits = L
 
 
 def _cases(tests: Sequence[str] | str) -> list[str]:
-    return split_tests(tests) if isinstance(tests, str) else [str(t) for t in tests]
+    """The tests: a string's asserts (a `check(candidate)` block gives one test per assert), or the list."""
+    if not isinstance(tests, str):
+        return [str(t) for t in tests]
+    return inline_check(tests) or split_tests(tests)
+
+
+def _parts(test: str) -> list[str]:
+    """One test's parts, each ending in one assert, all of which must pass."""
+    return inline_check(test) or split_tests(test)
+
+
+def inline_check(tests: str) -> list[str] | None:
+    """HumanEval-style `def check(candidate): assert ...` plus `check(fn)`: one test per assert, with
+    `candidate = fn` as setup (so each assert's expected side stays in the parent); None for anything else.
+
+    >>> inline_check("def check(candidate):\\n    assert candidate(1) == 2\\n    assert candidate(0) == 1\\ncheck(inc)")
+    ['candidate = inc\\nassert candidate(1) == 2', 'candidate = inc\\nassert candidate(0) == 1']
+    """
+    try:
+        body = ast.parse(tests).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    defs = {n.name: n for n in body if isinstance(n, ast.FunctionDef)}
+    calls = [n for n in body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+             and isinstance(n.value.func, ast.Name) and n.value.func.id in defs and len(n.value.args) == 1
+             and not n.value.keywords and isinstance(n.value.args[0], ast.Name)]
+    if len(calls) != 1:
+        return None
+    fn, arg = defs[calls[0].value.func.id], calls[0].value.args[0].id
+    a = fn.args
+    if len(a.args) != 1 or a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or fn.decorator_list:
+        return None
+    stmts = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
+    if not stmts or not all(isinstance(n, ast.Assert) for n in stmts):
+        return None
+    rest = [n for n in body if n is not fn and n is not calls[0]]
+    if any(isinstance(n, ast.Assert) for n in ast.walk(ast.Module(body=rest, type_ignores=[]))):
+        return None
+    alias = ast.Assign([ast.Name(a.args[0].arg, ast.Store())], ast.Name(arg, ast.Load()), lineno=0)
+    setup = ast.unparse(ast.Module(body=[*rest, alias], type_ignores=[]))
+    return [f"{setup}\n{ast.unparse(n)}" for n in stmts]
 
 
 def split_tests(tests: str) -> list[str]:
