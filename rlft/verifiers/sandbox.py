@@ -58,6 +58,8 @@ from rlft.verifiers import sandbox_harness as harness
 from rlft.verifiers import sandbox_isolation as isolation
 
 REPORT_LIMIT = 1 << 20  # bytes of the report pipe kept: far above any honest test value
+REFERENCE_CACHE = 4096  # tests whose solution-free values are kept between calls (GRPO asks every step)
+_REFERENCES: dict[tuple[str, tuple[str, ...]], list] = {}  # (setup, expressions) -> values; oldest first
 STDERR_LIMIT = 4096  # bytes of stderr kept, for the error message
 
 
@@ -116,9 +118,13 @@ def run_many(jobs: Sequence[tuple[str, Sequence[str] | str]], limits: Limits = L
     flat = [part for p in plans for test in p for part in test]
     workers = workers or max(1, min(8, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        refs = {r: None for t in flat if (r := _ref_key(t)) is not None}
-        for key, outcome in zip(refs, pool.map(lambda k: _spawn(chosen, limits, None, k[0], list(k[1])), refs)):
-            refs[key] = outcome.values() if outcome.report and outcome.report[0] == "ok" else None
+        refs = {r: _REFERENCES.get(r) for t in flat if (r := _ref_key(t)) is not None}
+        todo = [k for k, v in refs.items() if v is None]
+        for key, outcome in zip(todo, pool.map(lambda k: _spawn(chosen, limits, None, k[0], list(k[1])), todo)):
+            if outcome.report and outcome.report[0] == "ok":
+                refs[key] = _REFERENCES[key] = outcome.values()
+        while len(_REFERENCES) > REFERENCE_CACHE:
+            _REFERENCES.pop(next(iter(_REFERENCES)), None)
         for t in flat:
             harness.settle(t, refs.get(_ref_key(t)))
         tasks = []
