@@ -42,7 +42,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # One torch thread: the tiny model's ops are too small to gain from two, and on a shared 2-core machine
-# two threads were 5x slower (BENCHMARKS.md).
+# two threads were 5-8x slower (bench/threads_probe.py, BENCHMARKS.md).
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
