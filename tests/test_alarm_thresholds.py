@@ -156,3 +156,35 @@ def test_length_bounds(before, after, expected):
 @pytest.mark.parametrize("after, expected", [(0.251, True), (0.249, False)])  # REPETITION_MIN_RISE = 0.2
 def test_repetition_bounds(after, expected):
     assert fires(alarms.length_hacking, lengths(0.05, after, key="completions/repetition")) is expected
+
+
+# --------------------------------------------------------------------------- windows and indices (from `make mutate`)
+
+
+def test_kl_median_is_over_exactly_the_previous_three_logs():
+    # previous 3: [0.05, 0.05, 0.01] -> median 0.05, so 0.15 is 3x: quiet (a longer or shorter window says 0.01)
+    assert not fires(alarms.kl_blowup, logs({"kl": [0.01, 0.01, 0.01, 0.01, 0.05, 0.05, 0.01, 0.15]}))
+
+
+def test_dpo_drift_compares_the_first_and_last_margin_of_the_window():
+    chosen = [-3.0, -3.25, -3.5, -3.75, -4.0]
+    # the margin rose in between but ends below where it started: not "grew"
+    assert not fires(alarms.dpo_drift, logs({"logps/chosen": chosen, "rewards/margins": [0.5, 0.9, 0.2, 0.8, 0.4]}))
+    # and one that ends above its start grew, whatever happened in between
+    assert fires(alarms.dpo_drift, logs({"logps/chosen": chosen, "rewards/margins": [0.5, 0.7, 0.9, 0.0, 0.6]}))
+    # both series need the full window
+    assert not fires(alarms.dpo_drift, logs({"logps/chosen": chosen, "rewards/margins": MARGINS[:4]}))
+
+
+def test_zero_signal_fix_follows_the_latest_reward():
+    h = logs({"frac_reward_zero_std": [0.9, 0.9, 0.9], "reward": [0.9, 0.9, 0.1]})
+    assert "SFT first" in alarms.zero_signal(h, TH).fix  # now failing every group, whatever it did before
+    h = logs({"frac_reward_zero_std": [0.9, 0.9, 0.9], "reward": [0.1, 0.1, 0.5]})
+    assert "harder prompts" in alarms.zero_signal(h, TH).fix  # 0.5 counts as solved
+    assert alarms.zero_signal(h, TH).evidence["reward"] == 0.5
+
+
+def test_nan_loss_names_the_step_and_the_numbers_around_it():
+    alarm = alarms.nan_loss([{"step": 7, "loss": "nan", "grad_norm": 1e9, "learning_rate": 0.1}], TH)
+    assert alarm.evidence == {"step": 7, "loss": "nan", "grad_norm": 1e9, "learning_rate": 0.1}
+    assert alarms.nan_loss([{"loss": "inf"}], TH).step == 0  # a record without a step
