@@ -2,6 +2,7 @@
 #   make demo        build the tiny model; SFT, then DPO, GRPO and reward model + PPO; evaluate each stage
 #   make test        the fast suite (what CI runs)
 #   make test-slow   the end-to-end suite (minutes)
+#   make mutate      mutation testing of the core modules (mutmut; slow: ~N min on 2 cores, see BENCHMARKS.md)
 # MODEL, DATA and OUT (plus SFT_RECIPE, RECIPES, HELDOUT_TOKENS) let the same pipeline targets run a real model elsewhere.
 
 PYTHON ?= python3
@@ -28,7 +29,7 @@ HELDOUT_TOKENS ?= 8
 PIPE = $(BIN)/python -m rlft.pipeline
 PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
-.PHONY: install test test-slow lint bench demo pipeline-dpo pipeline-grpo pipeline-rlhf clean
+.PHONY: install test test-slow lint bench mutate demo pipeline-dpo pipeline-grpo pipeline-rlhf clean
 
 install: $(VENV)/.installed
 
@@ -45,7 +46,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # One torch thread: the tiny model's ops are too small to gain from two, and on a shared 2-core machine
-# two threads were 5x slower (BENCHMARKS.md).
+# two threads were 5-8x slower (bench/threads_probe.py, BENCHMARKS.md).
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
@@ -60,6 +61,13 @@ bench: install
 	@missed=""; for b in bench/bench_*.py; do echo "== $$b"; \
 		OMP_NUM_THREADS=1 $(BIN)/python $$b || missed="$$missed $$b"; done; \
 	if [ -n "$$missed" ]; then echo "== goal missed or failed:$$missed"; exit 1; fi; echo "== every goal met"
+
+# Mutation testing ([tool.mutmut] in pyproject.toml: which modules, which tests): each mutant is the code with
+# one change; "killed" means a test failed on it. Survivors: `$(BIN)/mutmut show NAME`; BENCHMARKS.md has the
+# last kill rate and why each survivor is equivalent. mutants/ is a scratch copy (git-ignored).
+MUTATE_JOBS ?= 2
+mutate: install
+	OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children $(MUTATE_JOBS); $(BIN)/mutmut results
 
 # Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install
@@ -79,4 +87,4 @@ demo: install
 	$(PIPE) demo --out $(OUT)
 
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache mutants

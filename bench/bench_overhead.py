@@ -25,7 +25,9 @@ trainer reports it (the training loop alone), the
 time outside it (start-up, imports, loading, data, saving) and the final train_loss of each (same
 seed, data order and config: they should match). A check compares the two runs' saved
 training_args.bin and prints every TrainingArguments field that differs (output paths aside): an empty
-list means the TRL configs were the same. Nothing is asserted on time: the table is the result.
+list means the TRL configs were the same. Nothing is asserted on time: the table is the result. The exit
+code is 1 when the comparison could not be made: a process failed, a side reported no train_runtime or
+train_loss, the TrainingArguments differ (not the same run), or --methods named nothing known.
 """
 
 from __future__ import annotations
@@ -222,6 +224,22 @@ def report(pairs: list[Pair]) -> None:
           "  ".join(f"{p.method} {Pair.best(p.rlft).wall / Pair.best(p.trl).wall:.2f}x" for p in pairs))
 
 
+METHODS = ("sft", "dpo", "grpo")
+
+
+def unmeasured(pairs: list[Pair]) -> list[str]:
+    """Why the table does not compare like with like (empty when it does)."""
+    problems = [] if pairs else ["no method was run"]
+    for p in pairs:
+        for side, runs in (("rlft", p.rlft), ("TRL", p.trl)):
+            best = Pair.best(runs) if runs else None
+            if best is None or best.train_runtime is None or best.train_loss is None:
+                problems.append(f"{p.method}: {side} reported no train_runtime/train_loss")
+        if p.args_diff:
+            problems.append(f"{p.method}: TrainingArguments differ ({', '.join(p.args_diff)})")
+    return problems
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sft-steps", type=int, default=200)
@@ -235,6 +253,11 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder and print its path")
     args = parser.parse_args()
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if not methods or unknown:
+        print(f"nothing to measure: --methods {args.methods!r} (unknown: {unknown}); use a subset of "
+              f"{','.join(METHODS)}")
+        return 1
     started, load = time.perf_counter(), os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="rlft-bench-overhead-"))
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", RLFT_CACHE=str(work / "rlft-cache"),
@@ -273,6 +296,7 @@ def main() -> int:
             pairs.append(compare(pair, [*rlft_args, "--max-steps", str(steps)], scripts[method], model, data,
                                  args.repeats, work, env))
         report(pairs)
+        problems = unmeasured(pairs)
     finally:
         if args.keep:
             print(f"kept: {work}")
@@ -280,6 +304,9 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
     print(f"total {time.perf_counter() - started:.0f} s; torch threads {args.threads or 'default'}; "
           f"load average (1 min) {load:.2f} at start, {os.getloadavg()[0]:.2f} at end, on {os.cpu_count()} CPUs")
+    if problems:
+        print("NOT a like-for-like comparison: " + "; ".join(problems))
+        return 1
     return 0
 
 

@@ -29,7 +29,10 @@ on the machine hits both alike; per side the median over its runs is reported:
                the mean over seeds (one seed moves it by +-0.05 here; TRL 1.12's PPO is not deterministic
                even for one seed: its minibatch shuffle uses numpy's unseeded global RNG)
 Goals (issue 4): rlft >= 1.5x TRL's episodes/s, no more peak memory, an accuracy gain at least as large.
-Exit code 1 when a goal is missed (the accuracy gain is a mean over --seeds: with one seed it is a coin toss).
+Exit code 0 only when every run of both sides completed and every goal was measured and met; 1 when a run
+failed (any side, any seed: a crash, a refused config, a stopped run), the TRL side could not be installed, or a
+goal was missed (the accuracy gain is a mean over --seeds: with one seed it is a coin toss); 3 when the rlft runs
+completed but nothing was compared (--skip-trl: the goals are about the comparison).
 --threads sets torch's CPU threads on both sides (default 1: on a shared 2-core machine two threads spin
 against each other and make every timing noise).
 """
@@ -266,6 +269,23 @@ def aggregate(runs: list[dict], before: float) -> dict:
     return out
 
 
+def verdict(report: dict, results: dict[str, list[dict]], skip_trl: bool) -> tuple[int, str]:
+    """(exit code, closing line): see the module docstring. A goal dict that is empty or absent is never "met"."""
+    failed = [f"{name} seed {seed}" for name, runs in results.items() for seed, r in zip(report["seeds"], runs)
+              if r.get("status") != "completed"]
+    if failed or not results.get("rlft"):
+        return 1, "FAILED: " + (", ".join(failed) if failed else "no rlft run") + ": the goals were not measured"
+    if report.get("missing"):
+        return 1, f"FAILED: TRL side not run ({report['missing']}): the goals were not measured"
+    goals = report.get("goals") or {}
+    if not goals:
+        if skip_trl:
+            return 3, "goals not measured (--skip-trl: no TRL side to compare with)"
+        return 1, "FAILED: the goals were not measured"
+    missed = [k for k, v in goals.items() if not v]
+    return (1, "goals NOT met: " + ", ".join(missed)) if missed else (0, "every goal met")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--side", choices=("rlft", "trl"), help=argparse.SUPPRESS)
@@ -324,9 +344,11 @@ def main() -> int:
         report["goals"] = {"speed >= 1.5x": report["episodes_per_second_ratio"] >= 1.5,
                            "peak memory <= TRL": mem_ratio <= 1.0,
                            "accuracy gain >= TRL": rl["gain"] >= tr["gain"]}
+    code, line = verdict(report, results, args.skip_trl)
+    report["exit_code"], report["verdict"] = code, line
     if args.json:
         print(json.dumps(report, indent=2))
-        return 0 if all(report.get("goals", {}).values()) else 1
+        return code
     print(f"\nPPO, {args.steps} updates x {args.batch} prompts, tiny model {args.model}, {args.threads} thread(s), "
           f"seeds {args.seeds}; held-out pass@1 before: {before:.3f}")
     print(f"{'side':6} {'episodes/s':>10} {'train s':>8} {'peak RSS MB':>11} {'pass@1 after (per seed)':>26} "
@@ -343,9 +365,8 @@ def main() -> int:
               f"{report.get('peak_cuda_ratio', report['peak_rss_ratio']):.2f}   mean accuracy gain rlft "
               f"{rl['gain']:+.3f} vs TRL {tr['gain']:+.3f}")
         print("goals: " + "  ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in report["goals"].items()))
-    if missing:
-        print(f"TRL side not run: {missing}")
-    return 0 if all(report.get("goals", {}).values()) else 1
+    print(line)
+    return code
 
 
 if __name__ == "__main__":

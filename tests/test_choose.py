@@ -121,7 +121,6 @@ class Case:
     ready: bool | None = None
     cmd: tuple = ()           # substrings of the joined commands
     verifier: str | None = None
-    needs_registry: bool = False
 
 
 CASES = [
@@ -157,14 +156,14 @@ CASES = [
                                                         "taste", "--budget", "high"), "ppo", warn=("too_few_pairs",)),
     # a verifier -> GRPO, but only if the model passes sometimes
     Case("data: 600 math rows with answer -> grpo, not sft", ("--data", "tmp:math600"), "grpo",
-         warn=("pass_rate_unknown",), verifier="math", needs_registry=True,
+         warn=("pass_rate_unknown",), verifier="math",
          cmd=("--verifier math --recipe recipes/grpo_math_tiny.yaml",)),
     Case("data: arith prompts -> grpo", ("--data", "data:arith/grpo_prompts.jsonl"), "grpo", verifier="math",
-         no_warn=("too_few_prompts", "format_only_verifier"), needs_registry=True),
+         no_warn=("too_few_prompts", "format_only_verifier")),
     Case("data: triage tickets -> grpo label", ("--data", "data:triage/tickets_train.jsonl"), "grpo",
-         verifier="label", needs_registry=True),
+         verifier="label"),
     Case("data: json extraction -> grpo json", ("--data", "data:json_extract/train.jsonl"), "grpo",
-         verifier="json", needs_registry=True),
+         verifier="json"),
     Case("flags: verifier, passes 40% -> grpo", ("--signal", "verifier", "--rows", "1000", "--pass-rate", "0.4",
                                                 "--mixed-fraction", "0.5"), "grpo",
          no_warn=("never_passes", "too_easy", "zero_signal", "pass_rate_unknown"), ready=True),
@@ -182,12 +181,12 @@ CASES = [
     Case("flags: correctness verifier -> no format warning", ("--signal", "verifier", "--rows", "1000"), "grpo",
          no_warn=("format_only_verifier",)),
     Case("data: prompts + format verifier -> warning", ("--data", "tmp:prompts_only", "--verifier", "format"), "grpo",
-         warn=("format_only_verifier",), verifier="format", needs_registry=True),
+         warn=("format_only_verifier",), verifier="format"),
     Case("flags: format verifier by name -> warning", ("--signal", "verifier", "--rows", "500", "--verifier",
                                                       "format"), "grpo", warn=("format_only_verifier",),
-         cmd=("--verifier format",), needs_registry=True),
+         cmd=("--verifier format",)),
     Case("data: unparseable gold -> grpo + error", ("--data", "tmp:math_bad_gold"), "grpo", warn=("bad_gold",),
-         ready=False, needs_registry=True),
+         ready=False),
     Case("flags: verifier, few prompts", ("--signal", "verifier", "--rows", "43"), "grpo", warn=("too_few_prompts",)),
     Case("flags: verifier, low budget", ("--signal", "verifier", "--rows", "500", "--budget", "low"), "grpo",
          warn=("budget_low",)),
@@ -233,8 +232,6 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_scenario(case: Case, files):
-    if case.needs_registry and not verifier_registry():
-        pytest.skip("rlft.verifiers.REGISTRY not there yet")
     out = choose_json(*_args(case.args, files))
     codes = [w["code"] for w in out["warnings"]]
     assert out["method"] == case.method, (out["method"], out["reasons"], codes)
@@ -352,8 +349,6 @@ def test_next_commands_use_flags_that_exist(files):
     cli = _cli_flags()
     seen = set()
     for case in CASES:
-        if case.needs_registry and not verifier_registry():
-            continue
         for cmd in choose_json(*_args(case.args, files))["commands"]:
             words = shlex.split(cmd)
             if words[0] != "rlft":
@@ -362,8 +357,8 @@ def test_next_commands_use_flags_that_exist(files):
             method, flags = words[1], {w for w in words[2:] if w.startswith("-")}
             seen.add(method)
             assert flags <= KNOWN_FLAGS[method], (cmd, flags - KNOWN_FLAGS[method])
-            if method in cli:
-                assert flags <= cli[method], (cmd, flags - cli[method])
+            assert method in cli, f"`rlft {method}` is not registered on rlft.cli.app: {cmd}"
+            assert flags <= cli[method], (cmd, flags - cli[method])
             recipe = words[words.index("--recipe") + 1]
             assert recipe.removeprefix("recipes/") in set(RECIPES_TINY.values()) | set(RECIPES_REAL.values())
     assert seen == set(KNOWN_FLAGS)
@@ -382,8 +377,8 @@ def test_sft_column_rename_is_a_valid_set(files):
 def test_referenced_recipes_exist():
     missing = sorted(r for r in set(RECIPES_TINY.values()) | set(RECIPES_REAL.values())
                      if not (ROOT / "recipes" / r).exists())
-    if missing:
-        pytest.skip(f"recipes referenced by `rlft choose` but not written yet: {', '.join(missing)}")
+    assert not missing, f"recipes referenced by `rlft choose` but missing: {', '.join(missing)}"
+    assert RECIPES_TINY and RECIPES_REAL
 
 
 def test_ratings_filter_command_writes_the_top_rated_rows(tmp_path):
@@ -422,8 +417,6 @@ def test_unknown_columns_and_missing_file_are_user_errors(tmp_path):
 
 
 def test_unknown_verifier_says_did_you_mean():
-    if not verifier_registry():
-        pytest.skip("rlft.verifiers.REGISTRY not there yet")
     r = run_choose("--signal", "verifier", "--verifier", "maths")
     assert isinstance(r.exception, UserError) and "unknown verifier" in r.exception.message
     assert "did you mean 'math'" in r.exception.fix
@@ -463,7 +456,8 @@ def test_interactive_taste_with_budget_and_retry(monkeypatch):
 def test_interactive_base_model_verifier(monkeypatch):
     monkeypatch.setattr(choose_cmd, "_is_terminal", lambda: True)
     names = list(verifier_registry())
-    answers = ["verifier", "800", "n"] + (["math"] if names else []) + ["n", "medium"]
+    assert "math" in names
+    answers = ["verifier", "800", "n", "math", "n", "medium"]
     r = runner.invoke(APP, ["choose", "--json"], input="\n".join(answers) + "\n")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout[r.stdout.index("{"):])
@@ -473,8 +467,6 @@ def test_interactive_base_model_verifier(monkeypatch):
 # --------------------------------------------------------------------------- pre-flight (--model)
 
 def test_model_without_preflight_module_is_a_clear_user_error(monkeypatch, files):
-    if not verifier_registry():
-        pytest.skip("rlft.verifiers.REGISTRY not there yet")
     monkeypatch.setitem(sys.modules, "rlft.preflight", None)  # as if the module did not exist
     r = run_choose("--data", files["math600"], "--model", "tiny")
     assert isinstance(r.exception, UserError)
@@ -485,8 +477,6 @@ def test_model_without_preflight_module_is_a_clear_user_error(monkeypatch, files
                                                             (0.4, 0.6, "grpo", None),
                                                             (0.6, 0.04, "grpo", "zero_signal")])
 def test_model_runs_the_preflight_and_uses_its_numbers(monkeypatch, files, pass_rate, mixed, method, code):
-    if not verifier_registry():
-        pytest.skip("rlft.verifiers.REGISTRY not there yet")
     calls = []
 
     def run_preflight(model, rows, verifier, num_generations, max_prompts):

@@ -49,7 +49,8 @@ def test_ppo_with_a_verifier_logs_saves_and_reports_heldout(cli, tmp_path, sft_s
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["global_step"] == 3
     final = summary["final_metrics"]
-    assert 0.2 < final["heldout_pass_at_1_before"] < 0.9 and 0.0 <= final["heldout_pass_at_1"] <= 1.0
+    assert 0.2 < final["heldout_pass_at_1_before"] < 0.9
+    assert logged[-1]["kl"] > logged[0]["kl"]  # the policy left the reference after the first update
     assert final["episodes"] == 48
     # the saved policy is a plain transformers model that `rlft eval` loads
     r = cli("eval", "--model", out, "--data", small_heldout, "--verifier", "math", "--max-new-tokens", "8", "--json")
@@ -169,7 +170,10 @@ def test_reward_model_then_ppo_raises_the_score_and_reports_accuracy(cli, tmp_pa
     assert final["heldout_train_reward"] > final["heldout_train_reward_before"], final
     rewards = [m["reward"] for m in read_metrics(out) if "reward" in m]
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3, rewards
-    assert 0.0 <= final["heldout_pass_at_1"] <= 1.0  # reported, whichever way it went (reward hacking shows)
+    # held-out accuracy is reported whichever way it went; a real fall must be named by the alarm
+    fell = final["heldout_pass_at_1"] < final["heldout_pass_at_1_before"] - 0.1
+    summary = json.loads((out / "summary.json").read_text())
+    assert not fell or "reward_hacking" in summary["alarms"], (final, summary["alarms"])
 
 
 @pytest.mark.slow

@@ -46,7 +46,8 @@ def hardware_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Precision and checkpointing from the hardware, unless the user set them.
 
     TRL configs default to bf16=True, which raises on a CPU-only machine; gradient checkpointing (TRL's
-    default on) costs 15-20% of step time on small models and saves memory only where memory is short, so
+    default on) recomputes each layer's forward during the backward pass (about a third more compute per step:
+    an estimate from that arithmetic, not measured here) and saves memory only where memory is short, so
     it is on for GPUs and off on the CPU.
     """
     import torch
