@@ -84,9 +84,11 @@ def read_rows(path: str, fields: dict[str, str] | None = None, split: str = "tra
 
 
 DATA_FOLDER_SUFFIXES = LOCAL_SUFFIXES | {".arrow"}
-# Files above this size get a progress line on stderr (a 400k-row jsonl of ~100 MB reads in seconds, but its
-# validation and the trainer's tokenisation take longer: the user should see something is happening).
-PROGRESS_BYTES = 50 * 2**20
+# Files above this size get a line on stderr before and after reading: a 35 MB, 400k-row jsonl took 22 s to
+# read, 6 s to validate and 22 s to become a Dataset on this 2-core machine under load.
+PROGRESS_BYTES = 10 * 2**20
+# Training sets from this many rows get a line before the trainer tokenises them (TRL's own bar is off).
+PROGRESS_ROWS = 50_000
 
 
 def _check_data_folder(p: Path, path: str) -> None:

@@ -81,7 +81,7 @@ def load_problem(name: str, exc: BaseException, flag: str = "--model") -> UserEr
         return UserError(f"{flag} '{name}' is not in the local Hugging Face cache and HF_HUB_OFFLINE=1",
                          f"download it first (huggingface-cli download {name}) or pass a local folder")
     if not local and isinstance(exc, OSError):
-        return UserError(f"{flag} '{name}' could not be fetched from the hub: {text[:300]}",
+        return UserError(f"{flag} '{name}' is not a local folder and could not be fetched from the hub: {text[:300]}",
                          "check the id and the network (gated models need `huggingface-cli login`), or pass a "
                          "local folder")
     return UserError(f"{flag} '{name}' does not load: {type(exc).__name__}: {text[:300]}",

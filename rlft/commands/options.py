@@ -67,9 +67,10 @@ def common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size
 
 
 def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, resume: bool = False,
-                   overwrite: bool = False):
-    """The validated config; then, unless --print-config, every check that needs no data and no weights
-    (rlft.checks: run folder vs inputs, --resume, models, verifier plugins) before anything is written."""
+                   overwrite: bool = False, check: bool = True):
+    """The validated config; then, unless --print-config (or `check` is off: a dry run that only plans),
+    every check that needs no data and no weights (rlft.checks: run folder vs inputs, --resume, models,
+    verifier plugins) before anything is written."""
     from rlft.checks import check_before_run, expand_user_paths
     from rlft.config import resolve
     from rlft.run import default_output_dir
@@ -83,7 +84,8 @@ def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, r
     if print_config:
         sys.stdout.write(cfg.to_yaml())  # plain text: rich would wrap long paths
         raise typer.Exit(0)
-    check_before_run(cfg, overwrite=overwrite, resume=resume)
+    if check:
+        check_before_run(cfg, overwrite=overwrite, resume=resume)
     return cfg
 
 
