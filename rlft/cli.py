@@ -14,6 +14,7 @@ and the fix and exits with code 2. `--debug` (or RLFT_DEBUG=1) shows the traceba
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Annotated
 
@@ -37,7 +38,7 @@ from rlft.commands import (
     eval as eval_cmd,
 )
 from rlft.commands.options import err_console
-from rlft.errors import UserError
+from rlft.errors import Terminated, UserError
 
 app = typer.Typer(
     name="rlft",
@@ -73,6 +74,7 @@ app.add_typer(data.data_app, name="data", help="Inspect data files: lint.")
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the app, turning user errors into one line and exit code 2."""
     debug = os.environ.get("RLFT_DEBUG") == "1" or "--debug" in (argv if argv is not None else sys.argv[1:])
+    previous = _on_sigterm()
     try:
         app(args=argv, prog_name="rlft")
     except UserError as exc:
@@ -82,6 +84,10 @@ def main(argv: list[str] | None = None) -> None:
         if exc.fix:
             err_console.print(f"  [bold]fix:[/] {escape(exc.fix)}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
+    except Terminated:
+        err_console.print("terminated (SIGTERM) outside a training step: no checkpoint saved by it",
+                          highlight=False)
+        sys.exit(143)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
@@ -92,6 +98,21 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {escape(first)}", highlight=False, soft_wrap=True)
         err_console.print("  [bold]fix:[/] rerun with --debug for the traceback", highlight=False)
         sys.exit(1)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm():
+    """Turn SIGTERM into rlft.errors.Terminated (the trainer installs its own checkpointing handler while it
+    trains); returns the previous handler, or None off the main thread where handlers cannot be set."""
+    def _raise(signum, frame):
+        raise Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, _raise)
+    except ValueError:
+        return None
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from rlft.config_checks import config_problems
 from rlft.errors import UserError
 
 METHODS = ("sft", "dpo", "grpo", "reward", "ppo")
@@ -280,6 +281,9 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict:
     lines = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if key in lines:  # PyYAML keeps the last of two equal keys silently
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}' (also on line {lines[key]})",
+                                                    key_node.start_mark)
         mapping[key] = loader.construct_object(value_node, deep=True)
         lines[key] = key_node.start_mark.line + 1
     mapping["__lines__"] = lines
@@ -291,9 +295,10 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 def recipe_layer(path: str | Path) -> tuple[Layer, str | None]:
     """Read a YAML recipe into a layer; returns (layer, the recipe's `method:` if it names one)."""
-    p = Path(path)
+    p = Path(path).expanduser()
     if not p.is_file():
-        raise UserError(f"recipe '{path}' does not exist", "check the path; shipped recipes are in recipes/")
+        what = "is a folder, not a YAML file" if p.is_dir() else "does not exist"
+        raise UserError(f"recipe '{path}' {what}", "check the path; shipped recipes are in recipes/")
     try:
         doc = yaml.load(p.read_text(encoding="utf-8"), Loader=_LineLoader)
     except UnicodeDecodeError as exc:
@@ -527,7 +532,7 @@ def _cross_checks(method: str, merged: Layer) -> list[str]:
                         "trained directly; QLoRA trains an adapter)")
     if method == "grpo":
         problems += _vllm_checks(values)
-    return problems
+    return problems + config_problems(method, values, merged.origins)
 
 
 VLLM_MODES = ("colocate", "server")

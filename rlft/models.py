@@ -92,6 +92,9 @@ def resolve_model_path(name_or_path: str) -> str:
         return str(tiny_path())
     path = Path(name_or_path).expanduser()
     if path.exists():
+        if not path.is_dir():
+            raise UserError(f"model '{name_or_path}' is a file, not a model folder",
+                            "point --model at the folder holding config.json (a run's output_dir)")
         if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
             raise UserError(f"model folder '{name_or_path}' has no config.json or adapter_config.json",
                             "point --model at a folder written by save_pretrained (a run's output_dir)")
@@ -108,8 +111,13 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, trust_remote_
 
     path = resolve_model_path(name_or_path)
     base = _adapter_base(path) or path
-    tok = AutoTokenizer.from_pretrained(path if _has_tokenizer(path) else base, revision=revision,
-                                        trust_remote_code=trust_remote_code)
+    try:
+        tok = AutoTokenizer.from_pretrained(path if _has_tokenizer(path) else base, revision=revision,
+                                            trust_remote_code=trust_remote_code)
+    except Exception as exc:  # noqa: BLE001 - missing/corrupt files, offline hub: one line (rlft.model_probe)
+        from rlft.model_probe import load_problem
+
+        raise load_problem(name_or_path, exc) from exc
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -133,6 +141,7 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
     A folder holding a peft adapter loads its base model and the adapter on top. With `load_in_4bit`,
     weights are quantised with bitsandbytes (NF4) and the model is prepared for k-bit training.
     """
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     path = resolve_model_path(model_cfg.name_or_path)
@@ -148,9 +157,10 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
         kwargs["num_labels"] = 1
     try:
         model = auto.from_pretrained(base or path, **kwargs)
-    except OSError as exc:
-        raise UserError(f"could not load model '{model_cfg.name_or_path}': {exc}".splitlines()[0],
-                        "check the name, or set HF_HUB_OFFLINE=0 and log in for gated models") from exc
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:  # bad files, offline hub: one line
+        from rlft.model_probe import load_problem
+
+        raise load_problem(model_cfg.name_or_path, exc) from exc
     if model_cfg.load_in_4bit:
         fix_cpu_4bit(model)
     if base:

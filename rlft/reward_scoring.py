@@ -80,7 +80,12 @@ class RewardModelReward:
 
             path = resolve_model_path(self.path)
             self._tok = load_tokenizer(path)
-            self._model = AutoModelForSequenceClassification.from_pretrained(path)
+            try:
+                self._model = AutoModelForSequenceClassification.from_pretrained(path)
+            except (OSError, ValueError, RuntimeError) as exc:
+                from rlft.model_probe import load_problem
+
+                raise load_problem(self.path, exc, "--reward-model") from exc
             self._model.requires_grad_(False)
             self._model.eval()
         return self._model, self._tok

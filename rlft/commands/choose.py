@@ -14,6 +14,7 @@ import sys
 from enum import Enum
 from typing import Annotated, Optional
 
+import click
 import typer
 
 from rlft.errors import UserError
@@ -68,7 +69,7 @@ def choose(
     data: Annotated[Optional[list[str]], typer.Option(
         "--data", "-d", help="Data file(s) to read the signal from (.jsonl/.json/.csv). Repeatable.")] = None,
     rows: Annotated[Optional[int], typer.Option(
-        "--rows", "-n", min=0,
+        "--rows", "-n", min=1,
         help="How many rows you have (pairs, prompts, demonstrations); read from --data when given.")] = None,
     sft_model: Annotated[Optional[bool], typer.Option(
         "--sft-model/--no-sft-model", help="Your model already answers usably (SFT'd or instruct) / it is a "
@@ -128,11 +129,24 @@ def choose(
         if verifier:
             v = get_verifier(verifier)
             s.format_only = s.format_only or bool(getattr(v, "format_only", False))
+    _check_measured(pass_rate, mixed_fraction, num_generations)
     rec = recommend(s, pass_rate=pass_rate, mixed_fraction=mixed_fraction)
     if json_out:
         typer.echo(json.dumps(rec.as_dict(), indent=2))
     else:
         _print(rec)
+
+
+def _check_measured(pass_rate: float | None, mixed_fraction: float | None, g: int) -> None:
+    """A mixed group holds at least one pass and one fail among its G samples, so with a share p of passing
+    samples at most G*p (and G*(1-p)) of the groups can be mixed: 0 when p is 0 or 1."""
+    if pass_rate is None or mixed_fraction is None:
+        return
+    bound = min(1.0, g * pass_rate, g * (1 - pass_rate))
+    if mixed_fraction > bound + 1e-9:
+        raise UserError(f"--mixed-fraction {mixed_fraction:g} is impossible with --pass-rate {pass_rate:g} and "
+                        f"{g} samples per prompt (at most {bound:.3g} of the groups can be mixed)",
+                        "pass the numbers the pre-flight measured (rlft preflight), or drop one of them")
 
 
 # --------------------------------------------------------------------------- asking
@@ -154,7 +168,7 @@ def _ask() -> dict:
     kind = _ask_choice("Signal", list(SIGNAL_HELP))
     what = {"demonstrations": "demonstrations", "pairs": "pairs", "verifier": "prompts", "ratings": "rated replies",
             "taste": "comparison pairs"}[kind]
-    rows = typer.prompt(f"How many {what} do you have?", type=int)
+    rows = typer.prompt(f"How many {what} do you have?", type=click.IntRange(min=1))
     answers: dict = {"kind": kind, "rows": rows}
     answers["has_sft_model"] = typer.confirm("Does your model already give usable answers (SFT'd or instruct)?",
                                              default=True)

@@ -23,8 +23,10 @@ def eval_(
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, pass_at_1, mean_reward} as JSON.")] = False,
 ) -> None:
     """Greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples)."""
+    from rlft.checks import check_generation, probe_model
     from rlft.data import read_rows, validate_verifiable
 
+    check_generation(max_new_tokens, temperature, samples=samples, limit=limit)
     rows = read_rows(data, max_rows=limit)
     if verifier:
         from rlft.verifiers.loading import load_verifiers, validate_gold
@@ -36,6 +38,7 @@ def eval_(
         scorer = None
     from rlft.quiet import quiet_libraries
 
+    probe_model(model)
     quiet_libraries()
     from rlft.evaluate import evaluate_rows, exact_match
     from rlft.models import load_for_inference, load_tokenizer

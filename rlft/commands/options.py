@@ -15,8 +15,9 @@ from rich.console import Console
 
 from rlft.errors import UserError
 
-out_console = Console()
-err_console = Console(stderr=True)
+# emoji=False: rich would turn `file.jsonl:100:` (a file:line message) into an emoji
+out_console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 Recipe = Annotated[Optional[Path], typer.Option("--recipe", "-r", help="YAML recipe (see recipes/).")]
 Model = Annotated[Optional[str], typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")]
@@ -65,11 +66,17 @@ def common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size
             "watch.on_alarm": on_alarm, "watch.holdout": holdout, "watch.holdout_verifier": holdout_verifier}
 
 
-def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, resume: bool = False):
+def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, resume: bool = False,
+                   overwrite: bool = False, check: bool = True):
+    """The validated config; then, unless --print-config (or `check` is off: a dry run that only plans),
+    every check that needs no data and no weights (rlft.checks: run folder vs inputs, --resume, models,
+    verifier plugins) before anything is written."""
+    from rlft.checks import check_before_run, expand_user_paths
     from rlft.config import resolve
     from rlft.run import default_output_dir
 
     cfg = resolve(method, recipe, flags, sets)
+    expand_user_paths(cfg)
     if resume and not cfg.train.output_dir:
         raise UserError("--resume needs the run folder", "pass --output-dir DIR of the interrupted run")
     if not cfg.train.output_dir:
@@ -77,6 +84,8 @@ def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, r
     if print_config:
         sys.stdout.write(cfg.to_yaml())  # plain text: rich would wrap long paths
         raise typer.Exit(0)
+    if check:
+        check_before_run(cfg, overwrite=overwrite, resume=resume)
     return cfg
 
 

@@ -23,9 +23,12 @@ def preflight_(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Will GRPO learn? Sample G completions per prompt, score them, and say go or refuse (exit 3)."""
+    from rlft.checks import check_generation, probe_model
     from rlft.data import read_rows
     from rlft.preflight import run_preflight
 
+    check_generation(max_new_tokens, temperature, sampling=True)
+    probe_model(model)
     result = run_preflight(model, read_rows(prompts), verifier, num_generations=num_generations,
                            max_prompts=max_prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                            min_mixed=min_mixed)

@@ -74,6 +74,8 @@ def verify(
 
 def read_jsonl(path: Path) -> list[tuple[int, dict]]:
     """(line number, row) for every non-blank line; all bad lines reported at once as file:line."""
+    if path.is_dir():
+        raise UserError(f"data file '{path}' is a folder", "pass the .jsonl file inside it")
     if not path.is_file():
         raise UserError(f"data file '{path}' not found", "check the path")
     if path.suffix.lower() != ".jsonl":

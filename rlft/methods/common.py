@@ -136,6 +136,10 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
     callback = None
     with record.closing_on_error():
         try:
+            from rlft.data import PROGRESS_ROWS
+
+            if len(train_rows) >= PROGRESS_ROWS:
+                console.print(f"loading the model and tokenizing {len(train_rows):,} rows...", highlight=False)
             trainer = build(cfg, out, train_rows, eval_rows)
             callback = make_run_callback(out, interrupt, console, f"{cfg.method}", cfg=cfg, watch=watch)
             callback.attach(trainer)

@@ -32,6 +32,7 @@ from rlft.verifiers import code as code_
 from rlft.verifiers import format as format_
 from rlft.verifiers import json_schema, label, regex
 from rlft.verifiers import math as math_
+from rlft.verifiers.checked import checked
 from rlft.verifiers.common import RewardFn
 
 ENTRY_POINT_GROUP = "rlft.verifiers"
@@ -225,7 +226,8 @@ def _from_object(name: str, obj: Any, where: str) -> Verifier:
     fields = getattr(obj, "gold_fields", None)
     if fields is None:
         fields = signature_gold_fields(obj)
-    return Verifier(name=name, fn=obj, gold_fields=(fields,) if isinstance(fields, str) else tuple(fields),
+    fn = checked(obj, where)  # user code: its failures and wrong returns become one-line errors
+    return Verifier(name=name, fn=fn, gold_fields=(fields,) if isinstance(fields, str) else tuple(fields),
                     check_gold=getattr(obj, "check_gold", _accept_any), description=doc[0] if doc else "",
                     format_only=bool(getattr(obj, "format_only", False)),
                     partial_credit=bool(getattr(obj, "partial_credit", False)))
