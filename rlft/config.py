@@ -61,7 +61,7 @@ LORA = {
 
 SCHEMA: dict[str, dict[str, Any]] = {
     "model": {
-        "name_or_path": Field("str", "tiny", "local folder, hub id, or the built-in `tiny`", nullable=False),
+        "name_or_path": Field("str", "tiny", "folder, hub id, .gguf file, `tiny` or `smollm2`", nullable=False),
         "dtype": Field("str", "auto", "weights dtype; auto = bf16 on GPUs that have it, else fp32",
                        choices=("auto", "float32", "bfloat16", "float16")),
         "revision": Field("str", None, "hub revision (branch, tag or commit)"),
@@ -77,6 +77,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "fields": Field("dict", {}, "rename columns: {canonical: column}, e.g. {prompt: question}"),
         "split": Field("str", "train", "split to read from a hub dataset"),
         "max_rows": Field("int", None, "use at most this many training rows", minimum=1),
+        "as_chat": Field("bool", False, "wrap plain-string prompts as a user message (chat template applied)"),
     },
     "train": {
         "output_dir": Field("str", None, "run folder; default runs/<method>-<time>"),

@@ -20,7 +20,8 @@ out_console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
 
 Recipe = Annotated[Optional[Path], typer.Option("--recipe", "-r", help="YAML recipe (see recipes/).")]
-Model = Annotated[Optional[str], typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")]
+Model = Annotated[Optional[str], typer.Option("--model", "-m",
+                                              help="Local folder, hub id, .gguf file, `tiny` or `smollm2`.")]
 OutputDir = Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Run folder.")]
 EvalData = Annotated[Optional[str], typer.Option("--eval-data", help="Held-out file for eval loss.")]
 MaxSteps = Annotated[Optional[int], typer.Option("--max-steps", help="Stop after N optimizer steps.")]
@@ -38,6 +39,8 @@ OnAlarm = Annotated[Optional[str], typer.Option("--on-alarm", help="warn (defaul
                                                 "checkpoint and ends the run when an alarm fires.")]
 Holdout = Annotated[Optional[str], typer.Option("--holdout", help="Held-out prompts + gold, scored greedily "
                                                 "every watch.holdout_every steps (reward-hacking check).")]
+AsChat = Annotated[bool, typer.Option("--as-chat", help="Wrap plain-string prompts as a user message, so the "
+                                      "model's chat template is applied.")]
 HoldoutVerifier = Annotated[Optional[str], typer.Option("--holdout-verifier", help="Verifier for --holdout "
                                                         "(default math).")]
 
