@@ -26,6 +26,7 @@ from rlft.commands import (
     dpo,
     grpo,
     init_model,
+    merge,
     ppo,
     preflight,
     report,
@@ -63,6 +64,7 @@ COMMANDS = (
     ("sft", sft.sft), ("dpo", dpo.dpo), ("reward", reward.reward), ("grpo", grpo.grpo), ("ppo", ppo.ppo),
     ("eval", eval_cmd.eval_), ("preflight", preflight.preflight_), ("choose", choose.choose),
     ("verify", verify.verify), ("report", report.report), ("init-model", init_model.init_model),
+    ("merge", merge.merge),
 )
 for _name, _fn in COMMANDS:
     app.command(_name)(_fn)
