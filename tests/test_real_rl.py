@@ -101,3 +101,44 @@ def test_ppo_on_plain_prompts_wrapped_as_chat(cli, tmp_path):
     assert all(math.isfinite(m["loss/value"]) and math.isfinite(m["loss/policy"]) for m in logged)
     assert min(m["eos_missing"] for m in logged) < 1.0  # some responses ended at <|im_end|>
     assert (out / "adapter_config.json").exists()
+
+
+@pytest.fixture(scope="module")
+def smollm2_converted():
+    """Convert once before two processes would each convert it."""
+    from rlft.models import resolve_model_path
+
+    return resolve_model_path("smollm2")
+
+
+def torchrun(*args: str, timeout: int = 1800):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "rlft", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method, extra", [
+    ("sft", ["--data", "data/word_problems/train.jsonl", "--set", "sft.max_length=128"]),
+    ("grpo", ["--prompts", "data/word_problems/test.jsonl", "--verifier", "math", "--num-generations", "2",
+              "--no-preflight", "--set", "grpo.max_completion_length=16"]),
+])
+def test_two_process_ddp_on_smollm2_with_lora(tmp_path, smollm2_converted, method, extra):
+    """torchrun --nproc-per-node 2 on CPU (gloo): both processes train, the main one alone writes the run."""
+    out = tmp_path / method
+    r = torchrun(method, "--model", "smollm2", "--lora", *extra, "--max-steps", "2", "--batch-size", "2",
+                 "--set", "data.as_chat=true", "--set", "train.logging_steps=1", "--set", "train.save_strategy=no",
+                 "-o", str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["global_step"] == 2
+    assert (out / "adapter_model.safetensors").exists()
+    logged = [m["step"] for m in records(out / "metrics.jsonl") if "loss" in m or "reward" in m]
+    assert sorted(logged) == [1, 2], "each step logged once, by the main process"
+    assert (r.stdout + r.stderr).count("done: ") == 1

@@ -97,7 +97,8 @@ def test_ppo_rollout_with_pad_equal_to_eos(tmp_path):
     tok.padding_side = side
     plen = enc["input_ids"].shape[1]
     assert torch.equal(ro.attention_mask[:, :plen], enc["attention_mask"])
-    assert ((ro.input_ids[:, :plen] == eos) & (ro.attention_mask[:, :plen] == 1)).sum() >= len(ro.prompts)  # one per user turn
+    in_prompt_eos = (ro.input_ids[:, :plen] == eos) & (ro.attention_mask[:, :plen] == 1)
+    assert in_prompt_eos.sum() >= len(ro.prompts)  # each user turn closes with <|im_end|> == pad
     assert torch.equal(ro.attention_mask[:, plen:], ro.mask.long())
     assert all("<|im_end|>" not in c for c in ro.completions)
     assert ro.stats["eos_missing"] == pytest.approx(1 - ended.float().mean().item())
