@@ -52,7 +52,7 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
          data: Annotated[str, typer.Option(help="Folder with train.jsonl and test.jsonl.")] = "data/word_problems",
          heldout_rows: Annotated[int, typer.Option(min=1, help="Held-out rows scored (the first N).")] = 40,
          heldout_tokens: Annotated[int, typer.Option(min=1, help="Answer budget when scoring.")] = 40,
-         sft_steps: Annotated[int, typer.Option(min=1, help="SFT steps.")] = 40,
+         sft_steps: Annotated[int, typer.Option(min=1, help="SFT steps.")] = 30,
          sft_batch: Annotated[int, typer.Option(min=1, help="SFT rows per step.")] = 8,
          grpo_steps: Annotated[int, typer.Option(min=0, help="GRPO steps after SFT (0: no GRPO stage).")] = 0,
          ) -> None:
