@@ -15,8 +15,9 @@ subprocess, the two models side by side per method (tiny, then smollm2), with th
 Commands added later (kto, rloo, distill) are listed as not benchmarked until they get settings here.
 Seconds per step = the run's own train_seconds / global_step (summary.json: the training loop alone, first
 step included; loading and saving are outside it). Peak RSS is the child's ru_maxrss from os.wait4 (the
-whole process: libraries, models, data). The load average before each run is printed: on a shared machine
-it, not the model, can dominate a timing. Exits 1 when a run fails.
+whole process: libraries, models, data), CPU s its user + system time (loading included). The load average
+before each run is printed: on a shared machine it, not the model, can dominate a timing (wall >> CPU
+means the run waited for a core). Exits 1 when a run fails.
 """
 
 from __future__ import annotations
@@ -126,12 +127,12 @@ def main() -> int:
     finally:
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    print("\n| method | settings | model | s/step | peak RSS MB | wall s | load avg before |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| method | settings | model | s/step | peak RSS MB | wall s | CPU s | load avg before |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         sps = f"{r['s_per_step']:.2f}" if "s_per_step" in r else "failed"
         print(f"| {r['method']} | {SETTINGS[r['method']][1]} | {r['model']} | {sps} | {r['rss_mb']:.0f} | "
-              f"{r['wall']:.0f} | {r['load']:.1f} |")
+              f"{r['wall']:.0f} | {r['cpu']:.0f} | {r['load']:.1f} |")
     print(f"\nload average at the end {os.getloadavg()}")
     if failed:
         print(f"failed: {', '.join(failed)}")
