@@ -7,7 +7,9 @@ token-level loss normalisation) and adds, before any training step:
   - gold-field validation: every row carries the fields its verifiers need, parseable (file:line errors);
   - a pre-flight (on by default): sample G completions for some prompts and refuse the run when too few
     groups are mixed, since all-equal groups have zero advantage and teach nothing;
-  - optional prompt filtering to the prompts whose pre-flight group was mixed.
+  - optional prompt filtering to the prompts whose pre-flight group was mixed;
+  - generation stops at the chat template's end-of-turn token too (rlft.chat.stop_token_ids), not only at
+    the tokenizer's eos; with pad == eos (SmolLM2, Qwen2.5) TRL's mask keeps the first eos and drops the rest.
 After training, held-out pass@1 (greedy, scored by the same verifiers) goes into summary.json.
 """
 
@@ -46,6 +48,7 @@ def plan(cfg: RunConfig, n_prompts: int) -> dict[str, Any]:
 
 def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> dict[str, Any]:
     """Before the run folder exists: validate gold, load the model, pre-flight, filter prompts."""
+    from rlft.chat import stop_token_ids
     from rlft.models import load_model, load_tokenizer
     from rlft.preflight import PreflightRefused, probe
 
@@ -60,6 +63,9 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> dict[str
         validate_gold(train_rows + eval_rows, specs)
     tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
     model = load_model(cfg.model)
+    # TRL stops generation (and ends the completion mask) at the generation config's eos ids plus the
+    # tokenizer's eos: add the chat template's end-of-turn token, which some tokenizers' eos is not.
+    model.generation_config.eos_token_id = stop_token_ids(tok, model)
     result = None
     if cfg.grpo.preflight or cfg.grpo.filter_prompts:
         import torch

@@ -123,6 +123,7 @@ def save_checkpoint(accelerator, out: Path, step: int, state: dict, limit: int |
 def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, console: Console | None = None) -> RunResult:
     """Validate, estimate memory, then train; see the module docstring. Returns the run's result."""
     from rlft.data import load_split
+    from rlft.methods.common import _plain_prompt_note as plain_prompt_note
     from rlft.monitor import Holdout, prepare_watch
     from rlft.run import (
         RunRecord,
@@ -147,6 +148,7 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     if eval_rows and not specs:
         validate_gold(eval_rows, check_specs)  # the held-out check scores them with watch.holdout_verifier
     watch = prepare_watch(cfg)
+    plain_prompt_note(cfg, train_rows, console)  # plain-string prompts on a chat model: say so, name the switch
     if not resume and is_main_process():  # the main process alone checks, creates and writes the run folder
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
     import torch
