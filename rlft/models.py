@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlft.errors import UserError
+from rlft.model_sources import SMOLLM2, cache_dir, gguf_folder, is_gguf, smollm2_gguf
 
 TINY = "tiny"
 # Character vocabulary: printable ASCII (94) + space + newline = 96 characters, plus 4 special tokens.
@@ -31,11 +32,6 @@ CHATML_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-def cache_dir() -> Path:
-    """Where `tiny` is built: $RLFT_CACHE, else ~/.cache/rlft."""
-    return Path(os.environ.get("RLFT_CACHE") or Path.home() / ".cache" / "rlft")
 
 
 def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
@@ -84,12 +80,17 @@ def tiny_path() -> Path:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """Map `tiny` to its cached build, check local folders, and pass hub ids through.
+    """Map `tiny` to its cached build, `smollm2` and `*.gguf` files to their converted folders (see
+    rlft.model_sources), check local folders, and pass hub ids through.
 
     A string that is neither an existing folder nor shaped like a hub id is a user error, not a 404 later.
     """
     if name_or_path == TINY:
         return str(tiny_path())
+    if name_or_path == SMOLLM2:
+        return str(gguf_folder(smollm2_gguf()))
+    if is_gguf(name_or_path):
+        return str(gguf_folder(name_or_path))
     path = Path(name_or_path).expanduser()
     if path.exists():
         if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
@@ -98,7 +99,8 @@ def resolve_model_path(name_or_path: str) -> str:
         return str(path)
     if name_or_path.startswith((".", "/", "~")) or not _HUB_ID.match(name_or_path):
         raise UserError(f"model '{name_or_path}' is not a folder here and not a hub id",
-                        "check the path, or use `tiny` / a hub id such as Qwen/Qwen2.5-0.5B-Instruct")
+                        "check the path, or use `tiny`, `smollm2`, a .gguf file or a hub id such as "
+                            "Qwen/Qwen2.5-0.5B-Instruct")
     return name_or_path
 
 

@@ -184,7 +184,7 @@ def _tiny(tiny_dir, head="causal"):
 
 def test_lora_reference_is_the_base_model_with_the_adapter_disabled(tiny_dir):
     from rlft.config import Section
-    from rlft.methods.ppo import reference, response_logprobs
+    from rlft.methods.ppo_rollout import reference, response_logprobs
     from rlft.models import apply_lora
 
     torch.manual_seed(0)
@@ -209,7 +209,7 @@ def test_lora_reference_is_the_base_model_with_the_adapter_disabled(tiny_dir):
 
 
 def test_token_values_match_the_classifier_at_the_last_token(tiny_dir):
-    from rlft.methods.ppo import token_values
+    from rlft.methods.ppo_rollout import token_values
 
     torch.manual_seed(0)
     value = _tiny(tiny_dir, "score").eval()
@@ -229,7 +229,8 @@ def test_rollout_log_probs_are_what_the_first_update_sees(tiny_dir):
     """Ratio 1 and zero KL before any update: generation, reference and training forward agree, left padding
     and eos cut-off included."""
     from rlft.config import resolve
-    from rlft.methods.ppo import build_networks, policy_and_value, ppo_loss, rollout
+    from rlft.methods.ppo_rollout import policy_and_value, ppo_loss, rollout
+    from rlft.methods.ppo_setup import build_networks
 
     cfg = resolve("ppo", None, {"model.name_or_path": (str(tiny_dir), "test")},
                   ["ppo.response_length=6", "ppo.forward_batch_size=5"])

@@ -11,7 +11,7 @@ from rlft.commands.options import out_console
 
 
 def eval_(
-    model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, .gguf file, `tiny` or `smollm2`.")],
     data: Annotated[str, typer.Option("--data", "-d", help="Verifiable rows: prompt + gold fields.")],
     verifier: Annotated[Optional[list[str]], typer.Option("--verifier", "-v", help="Score with a verifier "
                         "(NAME, NAME:WEIGHT, file.py:fn); default: exact match against `answer`.")] = None,

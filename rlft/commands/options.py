@@ -19,7 +19,8 @@ out_console = Console()
 err_console = Console(stderr=True)
 
 Recipe = Annotated[Optional[Path], typer.Option("--recipe", "-r", help="YAML recipe (see recipes/).")]
-Model = Annotated[Optional[str], typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")]
+Model = Annotated[Optional[str], typer.Option("--model", "-m",
+                                              help="Local folder, hub id, .gguf file, `tiny` or `smollm2`.")]
 OutputDir = Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Run folder.")]
 EvalData = Annotated[Optional[str], typer.Option("--eval-data", help="Held-out file for eval loss.")]
 MaxSteps = Annotated[Optional[int], typer.Option("--max-steps", help="Stop after N optimizer steps.")]

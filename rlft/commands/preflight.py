@@ -11,7 +11,7 @@ from rlft.commands.options import out_console
 
 
 def preflight_(
-    model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, .gguf file, `tiny` or `smollm2`.")],
     prompts: Annotated[str, typer.Option("--prompts", "-d", help="Prompts with gold fields.")],
     verifier: Annotated[list[str], typer.Option("--verifier", "-v", help="Verifier spec(s).")],
     num_generations: Annotated[int, typer.Option("--num-generations", "-g", help="Samples per prompt (G).",

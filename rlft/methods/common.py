@@ -83,6 +83,12 @@ def build_trl_config(cfg: RunConfig, config_cls, out: Path, has_eval: bool, **ov
                         "fix the train/method settings named above") from exc
 
 
+def clamp_max_length(cfg_value: int, model) -> int:
+    """The configured max_length, capped at what the model's position embeddings allow."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    return min(cfg_value, limit) if limit else cfg_value
+
+
 def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = False, resume: bool = False,
                console: Console | None = None, after: Callable | None = None,
                prepare: Callable | None = None) -> RunResult:

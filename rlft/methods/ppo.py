@@ -1,5 +1,8 @@
 """PPO for language models: rlft's own trainer on transformers + peft + accelerate (TRL has none since 1.13).
 
+This module is the training loop (part 3 of 3); setup is in ppo_setup.py, rollout and update in
+ppo_rollout.py, the arithmetic in ppo_math.py.
+
 What it is. Each step takes B prompts (train.per_device_train_batch_size per process) and
   1. rollout: samples one response per prompt from the policy (temperature `temperature`, no top-k/top-p, at
      most `response_length` tokens, cut after the first eos) and keeps each token's log-prob under the
@@ -53,388 +56,19 @@ import math
 import shutil
 import signal
 import time
-from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from rlft.config import RunConfig
-from rlft.errors import UserError
 from rlft.methods.common import RunResult
+from rlft.methods.ppo_rollout import heldout, policy_and_value, rollout, update
+from rlft.methods.ppo_setup import build_networks, check_config, memory_check, quiet, reward_function
 
 KIND = "verifiable"
 DEFAULT_LR = 3e-6  # TRL PPOConfig's default; the tiny recipe uses 1e-4
 STATE_FILE = "trainer_state.json"
-
-
-# --------------------------------------------------------------------------- setup (before anything loads)
-
-
-def reward_function(cfg: RunConfig) -> Callable:
-    """The run's reward: the verifiers, the reward model, or their sum."""
-    from rlft.verifiers.loading import build_reward
-
-    return build_reward(list(cfg.ppo.verifiers), cfg.ppo.reward_model)
-
-
-def check_config(cfg: RunConfig) -> None:
-    """What the schema cannot check alone; all before any data or model is read."""
-    p, t = cfg.ppo, cfg.train
-    if not p.verifiers and not p.reward_model:
-        raise UserError("PPO needs a reward: no verifier and no reward model given",
-                        "pass --verifier NAME (e.g. math) or --reward-model DIR (trained with rlft reward)")
-    if p.temperature <= 0:
-        raise UserError(f"ppo.temperature = {p.temperature}: PPO samples from the policy, it must be > 0",
-                        "use 1.0 (the policy as it is) or a value such as 0.7")
-    split = p.num_mini_batches * t.gradient_accumulation_steps
-    if t.per_device_train_batch_size % split:
-        raise UserError(f"train.per_device_train_batch_size = {t.per_device_train_batch_size} prompts is not a "
-                        f"multiple of ppo.num_mini_batches x train.gradient_accumulation_steps = {split}",
-                        "make the batch a multiple of the two (e.g. --batch-size 64 with 4 minibatches)")
-
-
-def param_counts(cfg: RunConfig) -> dict[str, Any]:
-    """Parameter counts of the networks from their configs alone (a `meta` model: no weights are read)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    from rlft.models import _adapter_base, resolve_model_path, torch_dtype
-
-    m = cfg.model
-    path = resolve_model_path(m.name_or_path)
-    base = _adapter_base(path) or path
-    config = AutoConfig.from_pretrained(base, revision=m.revision, trust_remote_code=m.trust_remote_code)
-    with torch.device("meta"):
-        policy = AutoModelForCausalLM.from_config(config, trust_remote_code=m.trust_remote_code)
-    n = sum(p.numel() for p in policy.parameters())
-    hidden = policy.get_output_embeddings().weight.shape[1] if policy.get_output_embeddings() is not None else 0
-    vocab_head = sum(p.numel() for p in policy.get_output_embeddings().parameters()) \
-        if policy.get_output_embeddings() is not None and not config.get_text_config().tie_word_embeddings else 0
-    out = {"n_params": n, "value_params": n - vocab_head + hidden,
-           "dtype_bytes": 0.5 if m.load_in_4bit else torch.empty(0, dtype=torch_dtype(m.dtype)).element_size(),
-           "lora_params": lora_param_count(policy, m.lora) if m.lora.enabled else 0}
-    if cfg.ppo.reward_model:
-        rpath = resolve_model_path(cfg.ppo.reward_model)
-        rconfig = AutoConfig.from_pretrained(_adapter_base(rpath) or rpath)
-        rconfig.num_labels = 1
-        with torch.device("meta"):
-            reward = AutoModelForSequenceClassification.from_config(rconfig)
-        out["reward_params"] = sum(p.numel() for p in reward.parameters())
-        dtype = getattr(rconfig, "dtype", None) or getattr(rconfig, "torch_dtype", None) or torch.float32
-        out["reward_dtype_bytes"] = torch.empty(0, dtype=getattr(torch, dtype) if isinstance(dtype, str)
-                                                else dtype).element_size()
-    return out
-
-
-def lora_param_count(model, lora_cfg) -> int:
-    """Adapter parameters LoRA adds: r * (in + out) per targeted Linear ("all-linear": all but the output
-    layer, as peft does)."""
-    import torch
-
-    targets = lora_cfg.target_modules
-    out_layer = model.get_output_embeddings()
-    total = 0
-    for name, module in model.named_modules():
-        if not isinstance(module, torch.nn.Linear) or module is out_layer:
-            continue
-        leaf = name.rsplit(".", 1)[-1]
-        if targets == "all-linear" or (isinstance(targets, str) and leaf == targets) or \
-                (isinstance(targets, list) and leaf in targets):
-            total += lora_cfg.r * (module.in_features + module.out_features)
-    return total
-
-
-def memory_check(cfg: RunConfig, console: Console) -> dict | None:
-    """Print the estimated memory of the four networks; refuse (exit 2) above ppo.max_memory_gb."""
-    from rlft.methods.ppo_math import estimate_memory, format_memory
-
-    try:
-        counts = param_counts(cfg)
-    except UserError:
-        raise
-    except Exception as exc:
-        if cfg.ppo.max_memory_gb:
-            raise UserError(f"cannot estimate PPO memory ({type(exc).__name__}: {str(exc).splitlines()[0]}), so "
-                            f"--max-memory cannot be checked", "drop --max-memory, or make the model's "
-                            "config.json readable here") from exc
-        console.print(f"[yellow]memory estimate unavailable[/]: {type(exc).__name__}", highlight=False)
-        return None
-    est = estimate_memory(counts["n_params"], counts["dtype_bytes"], counts["lora_params"],
-                          has_reward_model=bool(cfg.ppo.reward_model), reward_params=counts.get("reward_params"),
-                          value_params=counts["value_params"], reward_dtype_bytes=counts.get("reward_dtype_bytes"),
-                          adam_bytes=4.0 if counts["lora_params"] else max(counts["dtype_bytes"], 1.0))
-    console.print(format_memory(est), highlight=False)
-    limit = cfg.ppo.max_memory_gb
-    if limit and est["total_gb"] > limit:
-        raise UserError(f"estimated PPO memory {est['total_gb']:.3g} GB exceeds --max-memory {limit:g} GB "
-                        f"(before activations)", "train a LoRA adapter (--lora: no reference copy, no full "
-                        "gradients or Adam states), use bf16 weights (--set model.dtype=bfloat16), 4-bit "
-                        "(--set model.load_in_4bit=true with --lora), or a smaller model")
-    return est
-
-
-# --------------------------------------------------------------------------- networks
-
-
-def _unwrap_peft(model):
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def token_values(value_model, **inputs):
-    """Per-token values from a sequence-classification model: its score head on every hidden state."""
-    m = _unwrap_peft(value_model)
-    backbone = getattr(m, m.base_model_prefix)
-    hidden = backbone(**inputs, use_cache=False).last_hidden_state
-    return m.score(hidden).squeeze(-1).float()
-
-
-def policy_and_value(policy, value):
-    """One nn.Module holding policy and value model, so accelerate prepares (and DDP synchronises) both."""
-    import torch
-
-    class _PolicyAndValue(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.policy = policy
-            self.value = value
-
-        def forward(self, input_ids, attention_mask, position_ids, keep: int):
-            logits = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                 use_cache=False, logits_to_keep=keep).logits
-            values = token_values(self.value, input_ids=input_ids, attention_mask=attention_mask,
-                                  position_ids=position_ids)
-            return logits, values
-
-    return _PolicyAndValue()
-
-
-@contextmanager
-def reference(policy, ref_model):
-    """The frozen reference: a separate model, or (LoRA) the policy itself with its adapter disabled."""
-    if ref_model is not None:
-        yield ref_model
-    else:
-        with policy.disable_adapter():
-            yield policy
-
-
-def response_logprobs(model, input_ids, attention_mask, position_ids, responses, temperature: float):
-    """Log-probs of `responses` (the last T tokens of input_ids) under `model` at `temperature`."""
-    import torch
-
-    t = responses.shape[1]
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   use_cache=False, logits_to_keep=t + 1).logits[:, :-1]
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return logp.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-
-
-def _no_dropout(model) -> None:
-    import torch
-
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-
-
-def build_networks(cfg: RunConfig):
-    """(tokenizer, policy, reference or None under LoRA, value model)."""
-    import torch
-
-    from rlft.models import load_model, load_tokenizer
-
-    tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
-    policy = load_model(cfg.model)
-    lora = cfg.model.lora.enabled
-    ref = None if lora else load_model(cfg.model, trainable=False, with_lora=False)
-    value = load_model(cfg.model, head="score")
-    head = _unwrap_peft(value).score
-    if hasattr(head, "modules_to_save"):  # LoRA: peft trains a copy of the head
-        head = head.modules_to_save["default"]
-    with torch.no_grad():  # values start at 0: the first advantages are the (whitened) rewards
-        head.weight.zero_()
-        if getattr(head, "bias", None) is not None:
-            head.bias.zero_()
-    for m in (policy, ref, value):
-        if m is not None:
-            _no_dropout(m)
-    checkpointing = cfg.train.gradient_checkpointing
-    if checkpointing is None:  # rlft's hardware default: on GPUs, off on the CPU (it costs 15-20%)
-        checkpointing = torch.cuda.is_available()
-    if checkpointing:
-        for m in (policy, value):
-            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return tok, policy, ref, value
-
-
-# --------------------------------------------------------------------------- rollout
-
-
-@dataclass
-class Rollout:
-    """One batch of sampled responses and everything the update needs (tensors on the device)."""
-
-    input_ids: Any  # (B, P + T) prompt (left-padded) + response (right-padded)
-    attention_mask: Any
-    position_ids: Any
-    responses: Any  # (B, T)
-    mask: Any  # (B, T) 1.0 on real response tokens (up to and including eos)
-    logprobs: Any
-    ref_logprobs: Any
-    values: Any
-    advantages: Any
-    returns: Any
-    scores: Any  # (B,) reward + eos penalty
-    stats: dict
-    prompts: list
-    completions: list
-
-
-def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Callable, cfg: RunConfig,
-            device) -> Rollout:
-    """Sample, score, run reference and value model, and compute advantages for one batch of rows."""
-    import torch
-
-    from rlft.evaluate import render_prompt
-    from rlft.methods.ppo_math import gae, kl_penalized_rewards, masked_mean, whiten
-
-    p = cfg.ppo
-    prompts = [r["prompt"] for r in rows]
-    side = tok.padding_side
-    tok.padding_side = "left"
-    try:
-        enc = tok([render_prompt(tok, x) for x in prompts], return_tensors="pt", padding=True,
-                  add_special_tokens=False).to(device)
-    finally:
-        tok.padding_side = side
-    plen = enc["input_ids"].shape[1]
-    eos, pad = tok.eos_token_id, tok.pad_token_id
-    chunks = []
-    policy.eval()
-    with torch.no_grad():
-        for s in range(0, len(rows), p.forward_batch_size):
-            ids, am = enc["input_ids"][s:s + p.forward_batch_size], enc["attention_mask"][s:s + p.forward_batch_size]
-            out = policy.generate(input_ids=ids, attention_mask=am, do_sample=True, temperature=p.temperature,
-                                  top_k=0, top_p=1.0, repetition_penalty=1.0, max_new_tokens=p.response_length,
-                                  eos_token_id=eos, pad_token_id=pad, output_logits=True,
-                                  return_dict_in_generate=True)
-            resp = out.sequences[:, plen:]
-            logp_all = torch.log_softmax(torch.stack(out.logits, 1).float() / p.temperature, dim=-1)
-            logp = logp_all.gather(-1, resp.unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-            del logp_all, out
-            chunks.append((resp, logp, entropy))
-    width = max(c[0].shape[1] for c in chunks)
-
-    def right_pad(x, value):
-        return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
-
-    responses = torch.cat([right_pad(c[0], pad) for c in chunks])
-    logprobs = torch.cat([right_pad(c[1], 0.0) for c in chunks])
-    entropy = torch.cat([right_pad(c[2], 0.0) for c in chunks])
-    is_eos = responses == eos
-    ended = is_eos.any(1)
-    last = torch.where(ended, is_eos.int().argmax(1), torch.full_like(ended, width - 1, dtype=torch.long))
-    mask = (torch.arange(width, device=device)[None, :] <= last[:, None]).float()
-    # trim to the longest real response: the update never pays for padding columns
-    keep = int(mask.sum(1).max().item())
-    responses, logprobs, entropy, mask = (x[:, :keep] for x in (responses, logprobs, entropy, mask))
-    responses = torch.where(mask.bool(), responses, torch.full_like(responses, pad))
-    input_ids = torch.cat([enc["input_ids"], responses], 1)
-    attention_mask = torch.cat([enc["attention_mask"], mask.long()], 1)
-    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
-
-    completions = tok.batch_decode(responses, skip_special_tokens=True)
-    gold_keys = {k for r in rows for k in r if k != "prompt"}
-    raw = reward_fn(completions=completions, prompts=prompts, **{k: [r.get(k) for r in rows] for k in gold_keys})
-    raw = torch.tensor([0.0 if x is None else float(x) for x in raw], device=device)
-    scores = raw - p.missing_eos_penalty * (~ended).float()
-
-    ref_lp, vals = [], []
-    with torch.no_grad():
-        for s in range(0, len(rows), p.forward_batch_size):
-            sl = slice(s, s + p.forward_batch_size)
-            args = {"input_ids": input_ids[sl], "attention_mask": attention_mask[sl],
-                    "position_ids": position_ids[sl]}
-            with reference(policy, ref_model) as ref:
-                ref_lp.append(response_logprobs(ref, **args, responses=responses[sl], temperature=p.temperature))
-            vals.append(token_values(value_model, **args)[:, plen - 1:-1])
-    ref_logprobs = torch.cat(ref_lp) * mask
-    values = torch.cat(vals) * mask
-    logprobs = logprobs * mask
-
-    rewards, kl = kl_penalized_rewards(scores, logprobs, ref_logprobs, mask, p.kl_coef, p.kl_estimator)
-    if p.whiten_rewards:
-        rewards = whiten(rewards, mask, shift_mean=False)
-    advantages, returns = gae(rewards, values, mask, p.gamma, p.lam)
-    advantages = whiten(advantages, mask)
-    lengths = mask.sum(1)
-    logr = ref_logprobs - logprobs  # k3 = e^logr - 1 - logr >= 0: the per-token KL GRPO logs, what the alarm reads
-    stats = {"reward": raw.mean(), "reward_std": raw.std() if len(rows) > 1 else raw.new_zeros(()),
-             "score": scores.mean(), "kl": masked_mean(torch.expm1(logr) - logr, mask),
-             "objective/kl": kl.sum(1).mean(),
-             "entropy": masked_mean(entropy, mask), "non_score_reward": (-p.kl_coef * kl).sum(1).mean(),
-             "eos_missing": (~ended).float().mean(), "completions/mean_length": lengths.mean(),
-             "val/mean": masked_mean(values, mask)}
-    return Rollout(input_ids, attention_mask, position_ids, responses, mask, logprobs, ref_logprobs, values,
-                   advantages, returns, scores, stats, prompts, completions)
-
-
-# --------------------------------------------------------------------------- loss and update
-
-
-def ppo_loss(model, ro: Rollout, idx, cfg: RunConfig):
-    """Clipped policy loss + vf_coef * clipped value loss on the rows `idx` of a rollout; (loss, stats)."""
-    import torch
-
-    from rlft.methods.ppo_math import clipped_value_loss, policy_loss
-
-    p = cfg.ppo
-    t = ro.responses.shape[1]
-    logits, values = model(ro.input_ids[idx], ro.attention_mask[idx], ro.position_ids[idx], t + 1)
-    logp = torch.log_softmax(logits[:, :-1].float() / p.temperature, dim=-1)
-    logp = logp.gather(-1, ro.responses[idx].unsqueeze(-1)).squeeze(-1)
-    mask = ro.mask[idx]
-    pg_loss, pstats = policy_loss(logp, ro.logprobs[idx], ro.advantages[idx], mask, p.cliprange)
-    vpred = values[:, -t - 1:-1]
-    vf_loss, vf_clipfrac = clipped_value_loss(vpred, ro.values[idx], ro.returns[idx], mask, p.cliprange_value)
-    loss = pg_loss + p.vf_coef * vf_loss
-    stats = {"loss/policy": pg_loss.detach(), "loss/value": vf_loss.detach(), "policy/clipfrac": pstats["clipfrac"],
-             "policy/approxkl": pstats["approxkl"], "policy/ratio": pstats["ratio"], "val/clipfrac": vf_clipfrac}
-    return loss, stats
-
-
-def update(model, optimizer, accelerator, ro: Rollout, cfg: RunConfig, generator) -> dict[str, float]:
-    """`num_ppo_epochs` passes of shuffled minibatches over one rollout; the mean of each statistic."""
-    import torch
-
-    b = ro.responses.shape[0]
-    mini = b // cfg.ppo.num_mini_batches
-    micro = mini // cfg.train.gradient_accumulation_steps
-    max_norm = cfg.train.get("max_grad_norm")  # clip only when set (the old TRL trainer never clipped)
-    sums: dict[str, float] = {}
-    n = 0
-    model.train()
-    for _ in range(cfg.ppo.num_ppo_epochs):
-        order = torch.randperm(b, generator=generator).to(ro.responses.device)
-        for start in range(0, b, mini):
-            parts = [order[start + k:start + k + micro] for k in range(0, mini, micro)]
-            for j, idx in enumerate(parts):
-                sync = nullcontext() if j == len(parts) - 1 else accelerator.no_sync(model)
-                with sync:
-                    loss, stats = ppo_loss(model, ro, idx, cfg)
-                    accelerator.backward(loss / len(parts))
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-                n += 1
-            norm = accelerator.clip_grad_norm_(model.parameters(), max_norm or float("inf"))
-            sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(norm) * len(parts)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-    return {k: v / max(n, 1) for k, v in sums.items()}
 
 
 # --------------------------------------------------------------------------- data order
@@ -464,25 +98,6 @@ class PromptOrder:
         return (step * self.world * self.batch) / self.n
 
 
-# --------------------------------------------------------------------------- held-out check
-
-
-def heldout(policy, tok, rows: list[dict], scorer: Callable, reward_fn: Callable | None, max_new_tokens: int,
-            score_with_reward: bool) -> dict[str, float]:
-    """Greedy pass@1 on held-out rows under the verifier; with a reward model, also its mean score on the
-    same completions (reward up while pass@1 falls is reward hacking)."""
-    from rlft.evaluate import evaluate_rows
-
-    result = evaluate_rows(policy, tok, rows, scorer=scorer, max_new_tokens=max_new_tokens)
-    out = {"heldout_pass_at_1": result.pass_at_1, "heldout_mean_reward": result.mean_reward}
-    if score_with_reward and reward_fn is not None:
-        gold = {k: [r.get(k) for r in rows] for k in {k for r in rows for k in r if k != "prompt"}}
-        scores = reward_fn(completions=[s["completion"] for s in result.samples],
-                           prompts=[s["prompt"] for s in result.samples], **gold)
-        out["heldout_train_reward"] = sum(0.0 if s is None else float(s) for s in scores) / max(len(scores), 1)
-    return out
-
-
 # --------------------------------------------------------------------------- checkpoints
 
 
@@ -505,33 +120,6 @@ def save_checkpoint(accelerator, out: Path, step: int, state: dict, limit: int |
 # --------------------------------------------------------------------------- the run
 
 
-def _quiet() -> None:
-    """rlft.quiet.quiet_libraries without importing `datasets`, which PPO never uses (~90 MB of RSS)."""
-    import sys
-
-    if "datasets" in sys.modules:
-        from rlft.quiet import quiet_libraries
-
-        quiet_libraries()
-        return
-    import logging
-    import os
-    import warnings
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
-    if os.environ.get("RLFT_DEBUG") == "1":
-        return
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"(torch|transformers|trl|peft)\b")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-
-
 def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, console: Console | None = None) -> RunResult:
     """Validate, estimate memory, then train; see the module docstring. Returns the run's result."""
     from rlft.data import load_split
@@ -548,7 +136,7 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     )
     from rlft.verifiers.loading import load_verifiers, validate_gold
 
-    _quiet()
+    quiet()
     console = process_console(console)  # silent on the secondary processes of a multi-process run
     check_config(cfg)
     train_rows, eval_rows = load_split(cfg.data, KIND, seed=cfg.train.seed)

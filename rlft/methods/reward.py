@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlft.config import RunConfig
-from rlft.methods.common import RunResult, build_trl_config, train_with
-from rlft.methods.sft import clamp_max_length
+from rlft.methods.common import RunResult, build_trl_config, clamp_max_length, train_with
 
 KIND = "preference"
 COLUMNS = ("prompt", "chosen", "rejected")

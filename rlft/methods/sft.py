@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rlft.config import RunConfig
 from rlft.errors import UserError
-from rlft.methods.common import RunResult, build_trl_config, train_with
+from rlft.methods.common import RunResult, build_trl_config, clamp_max_length, train_with
 
 KIND = "sft"
 
@@ -26,11 +26,6 @@ def sft_columns(rows) -> tuple[str, ...]:
                         "use one shape per run: prompt/completion, or messages")
     shape = shapes.pop()
     return {"messages": ("messages",), "text": ("text",), "prompt": ("prompt", "completion")}[shape]
-
-
-def clamp_max_length(cfg_value: int, model) -> int:
-    limit = getattr(model.config, "max_position_embeddings", None)
-    return min(cfg_value, limit) if limit else cfg_value
 
 
 def build(cfg: RunConfig, out: Path, train_rows, eval_rows):

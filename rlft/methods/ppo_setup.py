@@ -1,0 +1,189 @@
+"""PPO, part 1 of 3: what happens before training: reward, config checks, memory estimate, the networks.
+
+The method is described in rlft/methods/ppo.py (the loop); the rollout and losses are in ppo_rollout.py, the
+arithmetic in ppo_math.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+
+from rlft.config import RunConfig
+from rlft.errors import UserError
+
+
+def reward_function(cfg: RunConfig) -> Callable:
+    """The run's reward: the verifiers, the reward model, or their sum."""
+    from rlft.verifiers.loading import build_reward
+
+    return build_reward(list(cfg.ppo.verifiers), cfg.ppo.reward_model)
+
+
+def check_config(cfg: RunConfig) -> None:
+    """What the schema cannot check alone; all before any data or model is read."""
+    p, t = cfg.ppo, cfg.train
+    if not p.verifiers and not p.reward_model:
+        raise UserError("PPO needs a reward: no verifier and no reward model given",
+                        "pass --verifier NAME (e.g. math) or --reward-model DIR (trained with rlft reward)")
+    if p.temperature <= 0:
+        raise UserError(f"ppo.temperature = {p.temperature}: PPO samples from the policy, it must be > 0",
+                        "use 1.0 (the policy as it is) or a value such as 0.7")
+    split = p.num_mini_batches * t.gradient_accumulation_steps
+    if t.per_device_train_batch_size % split:
+        raise UserError(f"train.per_device_train_batch_size = {t.per_device_train_batch_size} prompts is not a "
+                        f"multiple of ppo.num_mini_batches x train.gradient_accumulation_steps = {split}",
+                        "make the batch a multiple of the two (e.g. --batch-size 64 with 4 minibatches)")
+
+
+def param_counts(cfg: RunConfig) -> dict[str, Any]:
+    """Parameter counts of the networks from their configs alone (a `meta` model: no weights are read)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    from rlft.models import _adapter_base, resolve_model_path, torch_dtype
+
+    m = cfg.model
+    path = resolve_model_path(m.name_or_path)
+    base = _adapter_base(path) or path
+    config = AutoConfig.from_pretrained(base, revision=m.revision, trust_remote_code=m.trust_remote_code)
+    with torch.device("meta"):
+        policy = AutoModelForCausalLM.from_config(config, trust_remote_code=m.trust_remote_code)
+    n = sum(p.numel() for p in policy.parameters())
+    hidden = policy.get_output_embeddings().weight.shape[1] if policy.get_output_embeddings() is not None else 0
+    vocab_head = sum(p.numel() for p in policy.get_output_embeddings().parameters()) \
+        if policy.get_output_embeddings() is not None and not config.get_text_config().tie_word_embeddings else 0
+    out = {"n_params": n, "value_params": n - vocab_head + hidden,
+           "dtype_bytes": 0.5 if m.load_in_4bit else torch.empty(0, dtype=torch_dtype(m.dtype)).element_size(),
+           "lora_params": lora_param_count(policy, m.lora) if m.lora.enabled else 0}
+    if cfg.ppo.reward_model:
+        rpath = resolve_model_path(cfg.ppo.reward_model)
+        rconfig = AutoConfig.from_pretrained(_adapter_base(rpath) or rpath)
+        rconfig.num_labels = 1
+        with torch.device("meta"):
+            reward = AutoModelForSequenceClassification.from_config(rconfig)
+        out["reward_params"] = sum(p.numel() for p in reward.parameters())
+        dtype = getattr(rconfig, "dtype", None) or getattr(rconfig, "torch_dtype", None) or torch.float32
+        out["reward_dtype_bytes"] = torch.empty(0, dtype=getattr(torch, dtype) if isinstance(dtype, str)
+                                                else dtype).element_size()
+    return out
+
+
+def lora_param_count(model, lora_cfg) -> int:
+    """Adapter parameters LoRA adds: r * (in + out) per targeted Linear ("all-linear": all but the output
+    layer, as peft does)."""
+    import torch
+
+    targets = lora_cfg.target_modules
+    out_layer = model.get_output_embeddings()
+    total = 0
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear) or module is out_layer:
+            continue
+        leaf = name.rsplit(".", 1)[-1]
+        if targets == "all-linear" or (isinstance(targets, str) and leaf == targets) or \
+                (isinstance(targets, list) and leaf in targets):
+            total += lora_cfg.r * (module.in_features + module.out_features)
+    return total
+
+
+def memory_check(cfg: RunConfig, console: Console) -> dict | None:
+    """Print the estimated memory of the four networks; refuse (exit 2) above ppo.max_memory_gb."""
+    from rlft.methods.ppo_math import estimate_memory, format_memory
+
+    try:
+        counts = param_counts(cfg)
+    except UserError:
+        raise
+    except Exception as exc:
+        if cfg.ppo.max_memory_gb:
+            raise UserError(f"cannot estimate PPO memory ({type(exc).__name__}: {str(exc).splitlines()[0]}), so "
+                            f"--max-memory cannot be checked", "drop --max-memory, or make the model's "
+                            "config.json readable here") from exc
+        console.print(f"[yellow]memory estimate unavailable[/]: {type(exc).__name__}", highlight=False)
+        return None
+    est = estimate_memory(counts["n_params"], counts["dtype_bytes"], counts["lora_params"],
+                          has_reward_model=bool(cfg.ppo.reward_model), reward_params=counts.get("reward_params"),
+                          value_params=counts["value_params"], reward_dtype_bytes=counts.get("reward_dtype_bytes"),
+                          adam_bytes=4.0 if counts["lora_params"] else max(counts["dtype_bytes"], 1.0))
+    console.print(format_memory(est), highlight=False)
+    limit = cfg.ppo.max_memory_gb
+    if limit and est["total_gb"] > limit:
+        raise UserError(f"estimated PPO memory {est['total_gb']:.3g} GB exceeds --max-memory {limit:g} GB "
+                        f"(before activations)", "train a LoRA adapter (--lora: no reference copy, no full "
+                        "gradients or Adam states), use bf16 weights (--set model.dtype=bfloat16), 4-bit "
+                        "(--set model.load_in_4bit=true with --lora), or a smaller model")
+    return est
+
+
+# --------------------------------------------------------------------------- networks
+
+
+def unwrap_peft(model):
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _no_dropout(model) -> None:
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+
+
+def build_networks(cfg: RunConfig):
+    """(tokenizer, policy, reference or None under LoRA, value model)."""
+    import torch
+
+    from rlft.models import load_model, load_tokenizer
+
+    tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
+    policy = load_model(cfg.model)
+    lora = cfg.model.lora.enabled
+    ref = None if lora else load_model(cfg.model, trainable=False, with_lora=False)
+    value = load_model(cfg.model, head="score")
+    head = unwrap_peft(value).score
+    if hasattr(head, "modules_to_save"):  # LoRA: peft trains a copy of the head
+        head = head.modules_to_save["default"]
+    with torch.no_grad():  # values start at 0: the first advantages are the (whitened) rewards
+        head.weight.zero_()
+        if getattr(head, "bias", None) is not None:
+            head.bias.zero_()
+    for m in (policy, ref, value):
+        if m is not None:
+            _no_dropout(m)
+    checkpointing = cfg.train.gradient_checkpointing
+    if checkpointing is None:  # rlft's hardware default: on GPUs, off on the CPU (it costs 15-20%)
+        checkpointing = torch.cuda.is_available()
+    if checkpointing:
+        for m in (policy, value):
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return tok, policy, ref, value
+
+
+def quiet() -> None:
+    """rlft.quiet.quiet_libraries without importing `datasets`, which PPO never uses (~90 MB of RSS)."""
+    import sys
+
+    if "datasets" in sys.modules:
+        from rlft.quiet import quiet_libraries
+
+        quiet_libraries()
+        return
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    if os.environ.get("RLFT_DEBUG") == "1":
+        return
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"(torch|transformers|trl|peft)\b")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()

@@ -1,0 +1,151 @@
+"""The shape of the package: no import cycles, modules that fit in a head, layers that only point down.
+
+Imports are read from the source (ast), lazy ones inside functions included: a cycle that only closes at
+run time is still a cycle a reader has to hold in mind.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "rlft"
+MAX_LINES = 500
+METHOD_PARTS = {"ppo_setup": "ppo", "ppo_rollout": "ppo", "ppo_math": "ppo"}  # one method in several modules
+SHARED_METHOD_MODULES = {"rlft.methods", "rlft.methods.common"}
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    out = {}
+    for f in root.rglob("*.py"):
+        name = ".".join(f.relative_to(root.parent).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = f
+    return out
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """rlft modules that `name` imports anywhere in its source (`from a import b` counts a.b when b is one)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            cands = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = name.split(".")
+                keep = len(parts) - node.level + (1 if path.name == "__init__.py" else 0)
+                base = ".".join(parts[:keep] + ([base] if base else []))
+            cands = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        found.update(c for c in cands if c in known and c != name and not name.startswith(c + "."))
+    return found
+
+
+def graph(root: Path = ROOT) -> dict[str, set[str]]:
+    known = modules(root)
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for start in g:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(g[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(g.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_cycle_finder_finds_a_lazy_cycle(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg.c import g\n")
+    (pkg / "c.py").write_text("import pkg.a\n")
+    (pkg / "d.py").write_text("from . import a\n")
+    assert cycles(graph(pkg)) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+def test_no_import_cycles():
+    found = cycles(graph())
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_every_module_fits_in_a_head():
+    big = {str(p.relative_to(ROOT.parent)): n for p in ROOT.rglob("*.py")
+           if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not big, f"modules over {MAX_LINES} lines (split them): {big}"
+
+
+def _method(name: str) -> str | None:
+    if not name.startswith("rlft.methods.") or name in SHARED_METHOD_MODULES:
+        return None
+    leaf = name.rsplit(".", 1)[-1]
+    return METHOD_PARTS.get(leaf, leaf)
+
+
+def test_layers_point_down():
+    """Only commands import methods; no method imports another; nothing but cli.py imports a command
+    module other than the shared options, and no command imports cli.py."""
+    g = graph()
+    wrong = []
+    for name, deps in g.items():
+        for dep in deps:
+            if _method(dep) and not name.startswith("rlft.commands.") and _method(name) != _method(dep):
+                wrong.append(f"{name} imports the method {dep}")
+            if dep.startswith("rlft.commands.") and dep != "rlft.commands.options" and name != "rlft.cli":
+                wrong.append(f"{name} imports the command {dep}")
+            if dep == "rlft.cli" and name.startswith("rlft.commands"):
+                wrong.append(f"{name} imports rlft.cli")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("command", sorted(p.stem for p in (ROOT / "commands").glob("*.py")
+                                           if p.stem not in ("__init__", "options")))
+def test_every_command_module_is_registered(command):
+    """A command module that cli.py forgets is a command nobody can run."""
+    import typer
+
+    from rlft.cli import app
+
+    names = set(typer.main.get_command(app).commands)
+    assert command.replace("_", "-") in names or command in names, f"rlft/commands/{command}.py is not registered"
