@@ -156,7 +156,11 @@ def load_source(source: str):
 
 def export_gguf(source: str, out: str | Path, outtype: str = "f32", overwrite: bool = False) -> dict[str, Any]:
     """Write `source` (a model, or an adapter run merged into its base) to `out` as GGUF; returns stats."""
-    import gguf
+    try:
+        import gguf
+    except ImportError as exc:
+        raise UserError("rlft export needs the gguf package, which is not installed",
+                        "pip install 'rlft[real]'") from exc
 
     if outtype not in OUTTYPES:
         raise UserError(f"unknown outtype '{outtype}'", f"use one of {', '.join(OUTTYPES)}")

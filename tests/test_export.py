@@ -13,9 +13,9 @@ import pytest
 from conftest import write_jsonl
 
 TEXT = "The lazy fox: 12+30=42 <|im_end|> hello world"
-# Max abs logit difference against the source, per outtype, on the random-init tiny Llama (measured here:
-# f32 0.0, f16 2.7e-4, q8_0 7.1e-3; the thresholds leave ~3x room).
-TOLERANCE = {"f32": 1e-4, "f16": 1e-3, "q8_0": 2e-2}
+# Max abs logit difference against the source, per outtype, on the tiny Llama below (logits up to ~2.7;
+# measured here: f32 0.0, f16 2.1e-3, q8_0 5.0e-2; the thresholds leave ~2x room).
+TOLERANCE = {"f32": 1e-4, "f16": 5e-3, "q8_0": 1e-1}
 
 
 def build_bpe_llama(out: Path) -> Path:
