@@ -1,4 +1,5 @@
-"""`rlft chat`: talk to a model or run in the terminal, or get one answer for a script.
+"""`rlft chat`: talk to a model or run in the terminal, or get one answer for a script (the command's logic;
+rlft/chat.py holds the chat-template helpers it shares with training and evaluation).
 
 A prompt is rendered the way the model was trained. `format="auto"` looks at the run's `config.yaml`:
 when the first training row it names has plain-string prompts (TRL's non-conversational format, e.g. the
