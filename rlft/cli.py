@@ -28,6 +28,7 @@ from rlft.commands import (
     export,
     grpo,
     init_model,
+    merge,
     ppo,
     preflight,
     report,
@@ -65,7 +66,7 @@ COMMANDS = (
     ("sft", sft.sft), ("dpo", dpo.dpo), ("reward", reward.reward), ("grpo", grpo.grpo), ("ppo", ppo.ppo),
     ("eval", eval_cmd.eval_), ("preflight", preflight.preflight_), ("choose", choose.choose),
     ("verify", verify.verify), ("report", report.report), ("init-model", init_model.init_model),
-    ("export", export.export), ("chat", chat.chat),
+    ("merge", merge.merge), ("export", export.export), ("chat", chat.chat),
 )
 for _name, _fn in COMMANDS:
     app.command(_name)(_fn)

@@ -77,6 +77,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "fields": Field("dict", {}, "rename columns: {canonical: column}, e.g. {prompt: question}"),
         "split": Field("str", "train", "split to read from a hub dataset"),
         "max_rows": Field("int", None, "use at most this many training rows", minimum=1),
+        "as_chat": Field("bool", False, "wrap plain-string prompts as a user message (chat template applied)"),
     },
     "train": {
         "output_dir": Field("str", None, "run folder; default runs/<method>-<time>"),

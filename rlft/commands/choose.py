@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from rlft.commands.options import AsChat
 from rlft.errors import UserError
 
 
@@ -91,6 +92,7 @@ def choose(
         "--num-generations", min=2, help="Pre-flight: samples per prompt (G).")] = 8,
     max_prompts: Annotated[int, typer.Option("--max-prompts", min=1, help="Pre-flight: prompts to sample.")] = 64,
     json_out: Annotated[bool, typer.Option("--json", help="Print the recommendation as one JSON object.")] = False,
+    as_chat: AsChat = False,
 ) -> None:
     """Recommend SFT, DPO, GRPO or reward model + PPO for your signal, and the exact command to run next."""
     from rlft.choose import Signal, get_verifier, infer_signal, preflight, recommend
@@ -112,7 +114,10 @@ def choose(
             if not s.verifier:
                 raise UserError("the pre-flight needs a verifier and none was recognised for these rows",
                                 "pass --verifier NAME")
-            preflight(s, num_generations=num_generations, max_prompts=max_prompts)
+            from rlft.data import wrap_as_chat
+
+            preflight(s, num_generations=num_generations, max_prompts=max_prompts,
+                      rows=wrap_as_chat(s.data_rows) if as_chat else None)
     else:
         if kind is None:
             if not _is_terminal():

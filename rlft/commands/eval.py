@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlft.commands.options import out_console
+from rlft.commands.options import AsChat, err_console, out_console
 
 
 def eval_(
@@ -21,11 +21,14 @@ def eval_(
     max_new_tokens: Annotated[int, typer.Option(help="Generation budget per answer.")] = 32,
     limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N rows.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, pass_at_1, mean_reward} as JSON.")] = False,
+    as_chat: AsChat = False,
 ) -> None:
     """Greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples)."""
-    from rlft.data import read_rows, validate_verifiable
+    from rlft.data import read_rows, validate_verifiable, wrap_as_chat
 
     rows = read_rows(data, max_rows=limit)
+    if as_chat:
+        rows = wrap_as_chat(rows)
     if verifier:
         from rlft.verifiers.loading import load_verifiers, validate_gold
 
@@ -37,10 +40,13 @@ def eval_(
     from rlft.quiet import quiet_libraries
 
     quiet_libraries()
+    from rlft.chat import plain_prompt_note
     from rlft.evaluate import evaluate_rows, exact_match
     from rlft.models import load_for_inference, load_tokenizer
 
     tok = load_tokenizer(model)
+    if note := plain_prompt_note(tok, rows, switch="--as-chat"):
+        err_console.print(f"[yellow]note[/]: {note}")
     net = load_for_inference(model)
     result = evaluate_rows(net, tok, [r.data for r in rows], scorer=scorer or exact_match,
                            max_new_tokens=max_new_tokens, samples=samples, temperature=temperature)

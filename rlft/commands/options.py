@@ -38,6 +38,8 @@ OnAlarm = Annotated[Optional[str], typer.Option("--on-alarm", help="warn (defaul
                                                 "checkpoint and ends the run when an alarm fires.")]
 Holdout = Annotated[Optional[str], typer.Option("--holdout", help="Held-out prompts + gold, scored greedily "
                                                 "every watch.holdout_every steps (reward-hacking check).")]
+AsChat = Annotated[bool, typer.Option("--as-chat", help="Wrap plain-string prompts as a user message, so the "
+                                      "model's chat template is applied.")]
 HoldoutVerifier = Annotated[Optional[str], typer.Option("--holdout-verifier", help="Verifier for --holdout "
                                                         "(default math).")]
 

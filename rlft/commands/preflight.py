@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rlft.commands.options import out_console
+from rlft.commands.options import AsChat, err_console, out_console
 
 
 def preflight_(
@@ -21,14 +21,16 @@ def preflight_(
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
     min_mixed: Annotated[float, typer.Option(help="Refuse below this share of mixed groups.")] = 0.1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    as_chat: AsChat = False,
 ) -> None:
     """Will GRPO learn? Sample G completions per prompt, score them, and say go or refuse (exit 3)."""
-    from rlft.data import read_rows
+    from rlft.data import read_rows, wrap_as_chat
     from rlft.preflight import run_preflight
 
-    result = run_preflight(model, read_rows(prompts), verifier, num_generations=num_generations,
+    rows = wrap_as_chat(read_rows(prompts)) if as_chat else read_rows(prompts)
+    result = run_preflight(model, rows, verifier, num_generations=num_generations,
                            max_prompts=max_prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                           min_mixed=min_mixed)
+                           min_mixed=min_mixed, console=err_console)
     if json_out:
         print(json.dumps(result.as_dict(), indent=2))
     else:

@@ -150,6 +150,7 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
     watch = prepare_watch(cfg)  # thresholds, alarm names, the holdout file: also before writing
     if not resume and main:  # refuse a busy output_dir before any slow work
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
+    _plain_prompt_note(cfg, train_rows, console)
     if prepare:
         prepare(cfg, train_rows, eval_rows)
     if main:
@@ -215,6 +216,22 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
         finally:
             if callback is not None:
                 callback.close()
+
+
+def _plain_prompt_note(cfg: RunConfig, rows, console: Console) -> None:
+    """Say so before training when plain-string prompts meet a model with a chat template (rlft.chat)."""
+    from rlft.chat import has_plain_prompts, plain_prompt_note
+
+    if cfg.data.get("as_chat") or not has_plain_prompts(rows):
+        return
+    from rlft.models import load_tokenizer
+
+    try:
+        tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
+    except (UserError, OSError):  # the trainer's own load reports it
+        return
+    if note := plain_prompt_note(tok, rows):
+        console.print(f"[yellow]note[/]: {note}")
 
 
 def _drop_printer(trainer) -> None:
