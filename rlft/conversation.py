@@ -6,8 +6,9 @@ when the first training row it names has plain-string prompts (TRL's non-convers
 tiny arithmetic SFT), the text is fed as is; otherwise (chat rows, a plain model folder, a hub id) the
 tokenizer's chat template renders the conversation with the generation prompt. `chat` and `text` force one.
 
-Generation is transformers' `generate` with a `TextStreamer` printing tokens as they come; temperature 0
-is greedy decoding. In text mode every turn is a fresh prompt (there are no roles to hold a history).
+Generation is transformers' `generate` with a `TextStreamer` printing tokens as they come, stopping at eos
+or the template's end-of-turn token (rlft.chat.stop_token_ids, as `rlft eval` does); temperature 0 is
+greedy decoding. In text mode every turn is a fresh prompt (there are no roles to hold a history).
 """
 
 from __future__ import annotations
@@ -86,10 +87,13 @@ class Chat:
         """Answer `text` (streamed to `out` when given) and add the turn to the history in chat mode."""
         import torch
 
+        from rlft.chat import stop_token_ids
+
         prompt = self.render(text)
         batch = self.tok(prompt, return_tensors="pt", add_special_tokens=False).to(self.model.device)
         kwargs: dict[str, Any] = dict(max_new_tokens=self.max_new_tokens, pad_token_id=self.tok.pad_token_id,
-                                      eos_token_id=self.tok.eos_token_id, do_sample=self.temperature > 0)
+                                      eos_token_id=stop_token_ids(self.tok, self.model),  # eos + end of turn
+                                      do_sample=self.temperature > 0)
         if self.temperature > 0:
             kwargs.update(temperature=self.temperature, top_k=0, top_p=1.0)
         else:  # greedy: clear sampling defaults a generation_config may carry, so generate does not warn
