@@ -203,9 +203,11 @@ def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budg
     from rlft.run import Interrupt, last_checkpoint
 
     trackers = tracker_names(cfg.train.report_to)  # train.report_to: the scalars of metrics.jsonl, under train/
-    accelerator = Accelerator(log_with=trackers or None, project_dir=str(out))
-    if trackers:  # tensorboard: RUN/runs/ (the TRL methods write RUN/runs/<date>_<host>/)
-        accelerator.init_trackers("runs", config=tracker_config(cfg))
+    accelerator = Accelerator(log_with=trackers or None, project_dir=str(out / "runs"))
+    if trackers:  # project "rlft" (tensorboard: RUN/runs/rlft/; TRL's methods write RUN/runs/<date>_<host>/)
+        names = {"wandb": {"name": out.name}, "trackio": {"name": out.name}}  # the run as the folder is called
+        accelerator.init_trackers("rlft", config=tracker_config(cfg),
+                                  init_kwargs={k: v for k, v in names.items() if k in trackers})
     set_seed(cfg.train.seed)
     main = accelerator.is_main_process
     tok, policy, ref, value = build_networks(cfg)
