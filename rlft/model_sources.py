@@ -19,6 +19,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from rlft.errors import UserError
@@ -65,6 +66,7 @@ def gguf_folder(gguf: str | Path) -> Path:
         return path
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    print(f"rlft: converting {src.name} into {path} (once; later runs reuse it)", file=sys.stderr)
     try:
         convert_gguf(src, tmp)
         tmp.rename(path)

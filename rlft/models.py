@@ -172,13 +172,14 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
     return model
 
 
-def load_for_inference(name_or_path: str):
-    """A frozen model for generation and scoring (eval, pre-flight, pipelines): no LoRA, no 4-bit."""
+def load_for_inference(name_or_path: str, head: str = "causal"):
+    """A frozen model for generation and scoring (eval, pre-flight, pipelines, reward models with
+    head="score"): no LoRA, no 4-bit; an adapter folder is merged into its base."""
     from rlft.config import Section
 
     cfg = Section(name_or_path=name_or_path, dtype="auto", revision=None, trust_remote_code=False,
                   load_in_4bit=False, lora=Section(enabled=False))
-    return load_model(cfg, trainable=False)
+    return load_model(cfg, trainable=False, head=head)
 
 
 def apply_lora(model, lora_cfg: Any, quantized: bool = False, task: str = "CAUSAL_LM"):
