@@ -22,9 +22,11 @@ import typer
 from rich.markup import escape
 
 from rlft.commands import (
+    chat,
     choose,
     data,
     dpo,
+    export,
     grpo,
     init_model,
     merge,
@@ -65,7 +67,7 @@ COMMANDS = (
     ("sft", sft.sft), ("dpo", dpo.dpo), ("reward", reward.reward), ("grpo", grpo.grpo), ("ppo", ppo.ppo),
     ("eval", eval_cmd.eval_), ("preflight", preflight.preflight_), ("choose", choose.choose),
     ("verify", verify.verify), ("report", report.report), ("init-model", init_model.init_model),
-    ("merge", merge.merge),
+    ("merge", merge.merge), ("export", export.export), ("chat", chat.chat),
 )
 for _name, _fn in COMMANDS:
     app.command(_name)(_fn)
