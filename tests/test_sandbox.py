@@ -175,22 +175,32 @@ def test_expected_value_stays_in_the_parent():
     # an expected value computed in setup is evaluated without the code; the code gets only what it needs
     p = sandbox_harness.plan("expected = sorted([9, 7])\nx, y = 2, 3\nrandom.seed(y)\nassert f(x) == expected")
     setup = "expected = sorted([9, 7])\nx, y = (2, 3)\nrandom.seed(y)"  # as ast.unparse writes it
-    assert sandbox_harness.reference_job(p) == (setup, ["f(x)", "expected", "expected", "x"])
+    # `f(x)` needs the code (f is bound nowhere in the test), so only the other side is tried without it;
+    # `random` is a stdlib module the test never imports: the code-free setup imports it
+    assert sandbox_harness.reference_job(p) == ("import random\n" + setup, ["expected", "expected", "x"])
     seven_nine = ["l", [["i", "7"], ["i", "9"]]]
-    sandbox_harness.settle(p, [["x", "NameError: name 'f' is not defined"], ["v", seven_nine], ["v", seven_nine],
-                               ["v", ["i", "2"]]])
+    sandbox_harness.settle(p, [["v", seven_nine], ["v", seven_nine], ["v", ["i", "2"]]])
     assert p.known == {1: [7, 9]} and not p.opaque
     # x arrives as a value; `x, y = (2, 3)` is sent only because random.seed(y) (kept: it assigns nothing) reads y
     assert p.solution_bind() == {"x": ["i", "2"]} and p.solution_setup() == "x, y = (2, 3)\nrandom.seed(y)"
     q = sandbox_harness.settle(sandbox_harness.plan("want, x = [1, 2], [2, 1]\nassert f(x) == want"),
-                               [["x", "NameError"], ["v", ["l", [["i", "1"], ["i", "2"]]]],
-                               ["v", ["l", [["i", "1"], ["i", "2"]]]], ["v", ["l", [["i", "2"], ["i", "1"]]]]])
+                               [["v", ["l", [["i", "1"], ["i", "2"]]]], ["v", ["l", [["i", "1"], ["i", "2"]]]],
+                               ["v", ["l", [["i", "2"], ["i", "1"]]]]])
     assert q.solution_setup() == "" and q.solution_bind() == {"x": ["l", [["i", "2"], ["i", "1"]]]}  # no `want`
     assert sandbox_harness.verdict(p, [["v", ["l", [["i", "7"], ["i", "9"]]]]]) == (True, "")
     assert sandbox_harness.verdict(p, [["v", ["t", [["i", "7"], ["i", "9"]]]]])[0] is False  # (7, 9) != [7, 9]
-    # no side computable without the code: the test runs whole (opaque)
-    p = sandbox_harness.settle(sandbox_harness.plan("assert f(2) == f(1) + 1"), [["x", "NameError"]] * 2)
-    assert p.opaque and p.solution_setup() == "assert f(2) == f(1) + 1"
+    # a side mixing the code's value with test data is split: the code reports f(1), a judge adds 1
+    p = sandbox_harness.settle(sandbox_harness.plan("assert f(2) == f(1) + 1"), None)
+    assert not p.opaque and p.observed_exprs() == ["f(2)", "f(1)"] and p.solution_setup() == ""
+    assert p.split == {1: ("_rlft_leaves[1, 0] + 1", ["f(1)"])}
+    job = sandbox_harness.judge_job(p, [["v", ["i", "9"]], ["v", ["i", "8"]]])
+    assert job == ("", ["_rlft_leaves[1, 0] + 1"], {"_rlft_leaves": ["d", [[["t", [["i", "1"], ["i", "0"]]],
+                                                                             ["i", "8"]]]]})
+    # an expected value set up next to a call of the code stays in the parent (the setup is split statically)
+    r = sandbox_harness.plan("want = 55\nresult = f(10)\nprint(want)\nassert result == want")
+    assert sandbox_harness.reference_job(r) == ("want = 55\nprint(want)", ["want", "want"])
+    sandbox_harness.settle(r, [["v", ["i", "37"]], ["v", ["i", "37"]]])
+    assert r.known == {1: 55} and r.solution_setup() == "result = f(10)"  # print(want) would leak it
 
 
 def test_parent_refuses_values_built_to_be_slow():

@@ -25,15 +25,21 @@ so the defenses are outside it:
    hard as solving that test. An object whose `__eq__` always returns True has no plain-data encoding
    and fails. A test given with several top-level asserts is split into parts (one process each; the
    test passes when all do), and a HumanEval-style `def check(candidate)` of plain asserts called as
-   `check(fn)` becomes one test per assert (`inline_check`).
-3. Limits of the guarantee: an *opaque* test (no side computable without the code, e.g.
-   `assert f(2) == f(1) + 1`, an assert inside a loop or branch, or a `check` function with more than
-   plain asserts) runs whole in the solution's process, and its pass is that process's own report:
-   code that writes a well-formed report and exits forges it. A setup statement that needs the code
-   (`r = f(2)`) is sent as source, so one that also assigns the expected value (`r, want = f(2), 4`)
+   `check(fn)` becomes one test per assert (`inline_check`). Which names and setup lines need the code
+   is found statically (`rlft.verifiers.sandbox_deps`), so `want = 55; r = f(10); assert r == want`
+   keeps 55 in the parent. A side that mixes the code's values with test data (`abs(f(1) - 3.5) < 1e-6`,
+   `math.isclose(f(1), 3.5)`, `f(1) == 3 or f(1) == 4`), where a value fitting the comparison (0.0,
+   True) could be reported without knowing the data, is split: the code's process reports only the
+   parts that need the code (`f(1)`), and a *judge* process without the code computes the side.
+3. Limits of the guarantee: an *opaque* test (no side computable without the code and no test data
+   mixed in, e.g. `assert f(2) == g(2)`, an assert inside a loop or branch, or a `check` function with
+   more than plain asserts) runs whole in the solution's process, and its pass is that process's own
+   report: code that writes a well-formed report and exits forges it. A setup statement that needs the
+   code (`r = f(2)`) is sent as source, so one that also assigns the expected value (`r, want = f(2), 4`)
    leaks it. Gold tests should put the expected value on its own side of `==`. A side counts as
    expected when it evaluates without the code, so a test of a function that shadows a builtin
-   (`assert max(1, 2) == 2` for a task "write max") is judged against the builtin.
+   (`assert max(1, 2) == 2` for a task "write max") is judged against the builtin. A split side needs
+   plain-data parts (a Fraction fed to `abs(f(1) - x) < tol` fails the test).
 4. A hostile-output parent: it never compiles or runs the code itself, reads only pipes (never files
    the code wrote), keeps a bounded prefix of each, parses the report as JSON into plain data (depth,
    size and hash collisions bounded), strips control characters from the messages it passes on, and
@@ -133,9 +139,17 @@ def run_many(jobs: Sequence[tuple[str, Sequence[str] | str]], limits: Limits = L
                 tasks.append(((j, -1, 0), code, "", [], {}))
             for k, test in enumerate(p):  # a part with nothing to observe still needs the code to run clean
                 for m, t in enumerate(test):
-                    observe = [] if t.opaque else [t.sides[i] for i in t.observed()]
+                    observe = [] if t.opaque else t.observed_exprs()
                     tasks.append(((j, k, m), code, t.solution_setup(), observe, {} if t.opaque else t.solution_bind()))
         outcomes = list(pool.map(lambda task: _spawn(chosen, limits, *task[1:]), tasks))
+        judges = [(o, t, job) for ((j, k, m), *_), o in zip(tasks, outcomes)
+                  if k >= 0 and (t := plans[j][k][m]).split and not t.opaque and (job := _judge_job(t, o))]
+        for (o, t, _), verdict in zip(judges, pool.map(lambda x: _spawn(chosen, limits, None, *x[2]), judges)):
+            judged = verdict.values()
+            if verdict.report and verdict.report[0] == "ok" and len(judged) == len(t.split):
+                o.report = ["ok", harness.merge(t, o.values(), judged)]
+            else:
+                o.report = ["error", "the test's comparison failed without the code: " + _why(verdict)]
     by_job: dict[int, dict[tuple[int, int], _Outcome]] = {}
     for ((j, k, m), *_), outcome in zip(tasks, outcomes):
         by_job.setdefault(j, {})[(k, m)] = outcome
@@ -264,6 +278,29 @@ def _judge(t: harness.TestPlan | None, o: _Outcome | None, limits: Limits) -> tu
     if len(payload) != len(t.observed()) or not all(isinstance(x, list) and len(x) == 2 for x in payload):
         return False, "malformed report"
     return harness.verdict(t, payload)
+
+
+def _judge_job(t: harness.TestPlan, o: _Outcome) -> tuple | None:
+    """The judge's job for a test with split sides whose process reported its leaves; a report that is
+    not one well-formed value per leaf is replaced by an error here, so it is never read as sides."""
+    if not o.report or o.report[0] != "ok":
+        return None
+    leaves = o.report[1]
+    if not (isinstance(leaves, list) and len(leaves) == len(t.observed_exprs())
+            and all(isinstance(x, list) and len(x) == 2 and x[0] in ("v", "x") for x in leaves)):
+        o.report = ["error", "malformed report"]
+        return None
+    try:
+        return harness.judge_job(t, leaves)
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+        o.report = ["error", f"a value is not plain data ({type(exc).__name__})"]
+        return None
+
+
+def _why(o: _Outcome) -> str:
+    if o.report and o.report[0] != "ok":
+        return str(o.report[1])[:200]
+    return "timed out" if o.timed_out else o.stderr.decode("utf-8", "replace").strip()[-200:] or "no report"
 
 
 def _printable(text: str) -> str:

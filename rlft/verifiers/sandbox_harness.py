@@ -28,6 +28,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from rlft.verifiers.sandbox_deps import LEAVES, Deps
+from rlft.verifiers.sandbox_deps import loads as _loads
+from rlft.verifiers.sandbox_deps import stores as _stores
+
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
         ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
 _APPLY = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
@@ -50,45 +54,51 @@ class TestPlan:
     needs_reference: list[int] = field(default_factory=list)  # non-literal sides to try without the code
     names: list[str] = field(default_factory=list)  # setup names the non-literal sides read
     bound: dict[str, Any] = field(default_factory=dict)  # name -> encoded value, computed without the code
+    split: dict[int, tuple[str, list[str]]] = field(default_factory=dict)  # side -> (skeleton, leaves)
+    free_setup: list[str] = field(default_factory=list)  # setup that runs without the code (reference, judge)
+    deps: Any = None  # sandbox_deps.Deps of the setup
 
     def observed(self) -> list[int]:
         return [i for i in range(len(self.sides)) if i not in self.known]
 
+    def observed_exprs(self) -> list[str]:
+        """What the solution's process evaluates: each observed side, or the leaves of a split one."""
+        return [e for i in self.observed() for e in (self.split[i][1] if i in self.split else [self.sides[i]])]
+
+    def _observed_reads(self) -> set[str]:
+        return set().union(*(_loads(ast.parse(e, mode="eval")) for e in self.observed_exprs()))
+
     def solution_bind(self) -> dict[str, Any]:
         """The values (computed without the code) of the setup names the observed sides read; only those,
         so an expected value set up by name (`want = [1, 2]`) is never sent."""
-        read = set().union(*(_loads(ast.parse(self.sides[i], mode="eval")) for i in self.observed()))
+        read = self._observed_reads()
         return {n: v for n, v in self.bound.items() if n in read}
 
     def solution_setup(self) -> str:
         """The setup statements the observed sides still need: a backward slice on assigned names, less the
-        names sent as values (`bound`); statements that assign nothing (`random.seed(0)`) are kept."""
+        names sent as values (`bound`); statements that assign nothing (`random.seed(0)`) are kept unless
+        they run without the code and read what only an expected side needs (`print(want)` would hand it
+        to a patched `print`)."""
         if self.opaque:
             return self.source
-        needed = set().union(*(_loads(ast.parse(self.sides[i], mode="eval")) for i in self.observed()))
+        needed = self._observed_reads()
+        expected_only: set[str] = set()
+        if self.deps is not None:
+            known_reads = set().union(*(_loads(ast.parse(self.sides[i], mode="eval")) for i in self.known
+                                        if i < len(self.sides)))
+            expected_only = self.deps.feeding(known_reads) - self.deps.feeding(needed)
         needed -= set(self.bound)
         keep: list[str] = []
         for src in reversed(self.setup):
             node = ast.parse(src)
             stores = _stores(node)
+            if not stores and expected_only and not self.deps.needs_code(node) \
+                    and self.deps.feeding(_loads(node) & self.deps.stored) & expected_only:
+                continue
             if stores & needed or not stores:
                 keep.append(src)
                 needed = (needed - stores) | _loads(node) if stores else needed | _loads(node)
         return "\n".join(reversed(keep))
-
-
-def _loads(tree: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-
-
-def _stores(tree: ast.AST) -> set[str]:
-    out = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
-    for n in ast.walk(tree):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(n.name)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            out |= {(a.asname or a.name).split(".")[0] for a in n.names}
-    return out
 
 
 def plan(test: str) -> TestPlan:
@@ -113,18 +123,51 @@ def plan(test: str) -> TestPlan:
             p.known[i] = ast.literal_eval(side)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             pass
-    if not p.known:  # no literal side: try each side without the code (one more process per test)
-        p.needs_reference = list(range(len(p.sides)))
-    stored = set().union(*(_stores(ast.parse(src)) for src in p.setup))
-    read = set().union(*(_loads(ast.parse(p.sides[i], mode="eval")) for i in range(len(p.sides)) if i not in p.known))
-    p.names = sorted(read & stored)  # sent as values when they evaluate without the code
+    p.deps = deps = Deps(p.setup)
+    trees = [ast.parse(side, mode="eval") for side in p.sides]
+    if not p.known:  # no literal side: try each code-free side without the code (one more process per test)
+        p.needs_reference = [i for i, tree in enumerate(trees) if not deps.needs_code(tree)]
+    for i, tree in enumerate(trees):
+        if i not in p.known and deps.needs_code(tree) and (cut := deps.split(p.sides[i], i)):
+            p.split[i] = cut
+    skeletons = [ast.parse(cut[0], mode="eval") for cut in p.split.values()]
+    p.free_setup = deps.code_free_setup([*trees, *skeletons])
+    read = set().union(*(_loads(trees[i]) for i in range(len(p.sides)) if i not in p.known))
+    p.names = sorted((read & deps.stored) - deps.dep)  # sent as values when they evaluate without the code
     return p
 
 
 def reference_job(p: TestPlan) -> tuple[str, list[str]] | None:
     """(setup, expressions) to evaluate without the code, or None when nothing needs it."""
     exprs = [p.sides[i] for i in p.needs_reference] + p.names
-    return ("\n".join(p.setup), exprs) if exprs else None
+    return ("\n".join(p.free_setup), exprs) if exprs else None
+
+
+def judge_job(p: TestPlan, leaves: list) -> tuple[str, list[str], dict] | None:
+    """(setup, skeletons, bind) that evaluates the split sides without the code from the leaves' values
+    (checked as plain data here first), or None when the test has no split side."""
+    if not p.split:
+        return None
+    for item in leaves:
+        if item[0] == "v":
+            decode(item[1])  # bounded depth and hash collisions, before another process builds it
+    keys = [(i, k) for i in p.observed() for k in range(len(p.split[i][1]) if i in p.split else 1)]
+    table = ["d", [[["t", [["i", f"{i:x}"], ["i", f"{k:x}"]]], item[1]] for (i, k), item in zip(keys, leaves)
+                   if item[0] == "v" and i in p.split]]
+    return "\n".join(p.free_setup), [p.split[i][0] for i in sorted(p.split)], {LEAVES: table}
+
+
+def merge(p: TestPlan, leaves: list, judged: list) -> list:
+    """One observation per observed side: a leaf's own value, or the judge's value of a split side."""
+    out, it, jt = [], iter(leaves), iter(judged)
+    for i in p.observed():
+        if i in p.split:
+            raised = [x for x in [next(it) for _ in p.split[i][1]] if x[0] != "v"]
+            value = next(jt, ["x", "no value from the judge"])
+            out.append(raised[0] if value[0] != "v" and raised else value)  # the code's own error, if any
+        else:
+            out.append(next(it))
+    return out
 
 
 def settle(p: TestPlan, reference: list | None) -> TestPlan:
@@ -141,7 +184,7 @@ def settle(p: TestPlan, reference: list | None) -> TestPlan:
             p.known[key] = value
         else:
             p.bound[key] = item[1]
-    if not p.opaque and not p.known and p.ops != ["truth"]:
+    if not p.opaque and not p.known and p.ops != ["truth"] and not p.split:
         p.opaque = True  # every side needs the code: nothing to hold back (a bare `assert E` stays observed)
     return p
 
