@@ -158,14 +158,18 @@ def test_check_function_becomes_one_test_per_assert():
     assert (wrong.n_tests, wrong.n_passed) == (3, 1)
     forged = run_tests("import os\nos.write(1, b'[\"ok\", []]\\n')\nos._exit(0)", tests, LIMITS)
     assert forged.n_passed == 0  # each assert's expected side stays in the parent: no report can forge it
-    # anything else stays one opaque test (a loop in check, no call of check)
+    # a loop over literal items unrolls (one test per assert and item); no call of check: not a check block
     loop = "def check(candidate):\n    for i in range(3):\n        assert candidate(i) == i + 1\ncheck(inc)"
-    assert sandbox.inline_check(loop) is None and sandbox.inline_check(tests.replace("check(inc)", "")) is None
+    assert sandbox.inline_check(loop)[1] == "candidate = inc\ni = 0\ni = 1\nassert candidate(i) == i + 1"
+    assert sandbox.inline_check(tests.replace("check(inc)", "")) is None
+    while_loop = "def check(candidate):\n    while True:\n        assert candidate(1) == 2\ncheck(inc)"
+    assert sandbox.inline_check(while_loop) is None  # any other block with an assert: one opaque test
 
 
 def test_tests_split():
+    # setup lines carry into every later test (each runs in its own process); trailing lines join the last
     assert split_tests("x = f(2)\nassert x == 4\nassert f(0) == 0\ny = 1") == ["x = f(2)\nassert x == 4",
-                                                                                "assert f(0) == 0\ny = 1"]
+                                                                                "x = f(2)\nassert f(0) == 0\ny = 1"]
 
 
 def test_expected_value_stays_in_the_parent():
@@ -175,9 +179,9 @@ def test_expected_value_stays_in_the_parent():
     # an expected value computed in setup is evaluated without the code; the code gets only what it needs
     p = sandbox_harness.plan("expected = sorted([9, 7])\nx, y = 2, 3\nrandom.seed(y)\nassert f(x) == expected")
     setup = "expected = sorted([9, 7])\nx, y = (2, 3)\nrandom.seed(y)"  # as ast.unparse writes it
-    # `f(x)` needs the code (f is bound nowhere in the test), so only the other side is tried without it;
-    # `random` is a stdlib module the test never imports: the code-free setup imports it
-    assert sandbox_harness.reference_job(p) == ("import random\n" + setup, ["expected", "expected", "x"])
+    # `f(x)` needs the code (f is bound nowhere in the test), so only the other side is tried without it,
+    # with the setup lines it needs
+    assert sandbox_harness.reference_job(p) == (setup.rsplit("\n", 1)[0], ["expected", "expected", "x"])
     seven_nine = ["l", [["i", "7"], ["i", "9"]]]
     sandbox_harness.settle(p, [["v", seven_nine], ["v", seven_nine], ["v", ["i", "2"]]])
     assert p.known == {1: [7, 9]} and not p.opaque

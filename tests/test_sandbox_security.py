@@ -113,6 +113,21 @@ def _attacks(port: int, sentinel: int) -> dict[str, tuple[str, list[str]]]:
         "forge_no_expected_side": (forge + "def f(x): forge([])", ["assert f(2) == f(1) + 1"]),
         "forge_expected_in_setup": (forge + "def f(x): forge([])",
                                     ["want = 55\nresult = f(10)\nassert result == want"]),
+        # forging tests of shapes that used to run whole in the code's process (opaque)
+        "forge_expected_not_plain": (forge + "def f(x): forge([])",
+                                     ["from fractions import Fraction\nassert f(1) == Fraction(1, 3)",
+                                      "assert type(f(1)) == int", "assert f(1) == 10 ** 10 ** 8"]),
+        "forge_trailing_line": (forge + "def f(x): forge([])", ["assert f(10) == 55\nprint('done')"]),
+        "forge_expected_exception": (forge + "def f(x): forge([])",
+                                     ["try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    assert False",
+                                      "try:\n    f(-1)\n    raise AssertionError('no')\nexcept ValueError:\n    pass",
+                                      "import pytest\nwith pytest.raises(ValueError):\n    f(-1)"]),
+        "forge_loop": (forge + "def f(x): forge([])",
+                       ["for a, b in [(1, 2), (3, 4)]:\n    assert f(a) == b",
+                        "def check(candidate):\n    import math\n    for i in range(3):\n"
+                        "        assert candidate(i) == i + 7\ncheck(f)"]),
+        "forge_all_generator": (forge + "def f(x): forge([['v', ['b', True]]])",
+                                ["assert all(f(i) == i * 2 for i in range(3))"]),
         "expected_via_print": ("import builtins\nseen = []\nbuiltins.print = lambda *a, **k: seen.extend(a)\n"
                                "def f(n): return seen[-1] if seen else -1",
                                ["expected = 55\nprint(expected)\nassert f(10) == expected"]),
@@ -231,6 +246,16 @@ HONEST = {
                              "assert f(4) == 3 or f(4) == 2.0", "assert f(9) == f(4) + 1",
                              "want = 3.0\nr = f(9)\nassert r == want", "xs = [3, 1]\ng(xs)\nassert xs == [1, 3]",
                              "expected = 2.0\nprint(expected)\nassert f(4) == expected"]),
+    "shapes": ("from fractions import Fraction\ndef f(x):\n    if x < 0:\n        raise ValueError(x)\n"
+               "    return x * 2\ndef third(x):\n    return Fraction(x, 3)",
+               ["x = 2\nassert f(x) == 4\nassert f(x + 1) == 6", "assert f(10) == 20\nprint('done')",
+                "try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    assert False",
+                "import pytest\nwith pytest.raises((TypeError, ValueError)):\n    f(-1)",
+                "for a, b in {1: 2, 3: 6}.items():\n    assert f(a) == b",
+                "assert all(f(i) == 2 * i for i in range(4))",
+                "def check(candidate):\n    import math\n    for i in range(3):\n        assert candidate(i) == i * 2\n"
+                "    assert math.isclose(candidate(0.25), 0.5)\ncheck(f)",
+                "assert third(1) == Fraction(1, 3)", "assert type(f(1)) == int"]),
     "custom_class": ("class D:\n    def __init__(s, v): s.v = v\n    def __eq__(s, o): return s.v == o.v\n"
                      "def f(v): return D(v)", ["assert f(1) == f(1)", "assert not f(1) == f(2)"]),
 }

@@ -25,21 +25,25 @@ so the defenses are outside it:
    hard as solving that test. An object whose `__eq__` always returns True has no plain-data encoding
    and fails. A test given with several top-level asserts is split into parts (one process each; the
    test passes when all do), and a HumanEval-style `def check(candidate)` of plain asserts called as
-   `check(fn)` becomes one test per assert (`inline_check`). Which names and setup lines need the code
-   is found statically (`rlft.verifiers.sandbox_deps`), so `want = 55; r = f(10); assert r == want`
-   keeps 55 in the parent. A side that mixes the code's values with test data (`abs(f(1) - 3.5) < 1e-6`,
-   `math.isclose(f(1), 3.5)`, `f(1) == 3 or f(1) == 4`), where a value fitting the comparison (0.0,
-   True) could be reported without knowing the data, is split: the code's process reports only the
-   parts that need the code (`f(1)`), and a *judge* process without the code computes the side.
-3. Limits of the guarantee: an *opaque* test (no side computable without the code and no test data
-   mixed in, e.g. `assert f(2) == g(2)`, an assert inside a loop or branch, or a `check` function with
-   more than plain asserts) runs whole in the solution's process, and its pass is that process's own
-   report: code that writes a well-formed report and exits forges it. A setup statement that needs the
-   code (`r = f(2)`) is sent as source, so one that also assigns the expected value (`r, want = f(2), 4`)
-   leaks it. Gold tests should put the expected value on its own side of `==`. A side counts as
-   expected when it evaluates without the code, so a test of a function that shadows a builtin
+   `check(fn)` becomes one test per assert (`inline_check`); loops over literal items, `assert all(...)`
+   over them, expected exceptions (try/except, `pytest.raises`) and setup lines carried to later asserts
+   are rewritten into such parts too (`rlft.verifiers.sandbox_shapes`). Which names and setup lines need
+   the code is found statically (`rlft.verifiers.sandbox_deps`), so `want = 55; r = f(10); assert r ==
+   want` keeps 55 in the parent. A side that mixes the code's values with test data (`abs(f(1) - 3.5) <
+   1e-6`, `math.isclose(f(1), 3.5)`, `f(1) == 3 or f(1) == 4`), where a value fitting the comparison (0.0,
+   True) could be reported without knowing the data, is split: the code's process reports only the parts
+   that need the code (`f(1)`), and a *judge* process without the code computes the side.
+3. Limits of the guarantee: an *opaque* test (no side computable without the code and no test data mixed
+   in, e.g. `assert f(2) == g(2)`, an assert inside an `if`/`while`/`with` block or a loop over computed
+   items, or a `check` function with a nested `def`) runs whole in the solution's process, and its pass is
+   that process's own report: code that writes a well-formed report and exits forges it. A setup statement
+   that needs the code (`r = f(2)`) is sent as source, so one that also assigns the expected value (`r,
+   want = f(2), 4`) leaks it. Gold tests should put the expected value on its own side of `==`. A side
+   counts as expected when it evaluates without the code, so a test of a function that shadows a builtin
    (`assert max(1, 2) == 2` for a task "write max") is judged against the builtin. A split side needs
-   plain-data parts (a Fraction fed to `abs(f(1) - x) < tol` fails the test).
+   plain-data parts (plain data: None, bool, int, float, complex, str, bytes, Fraction, Decimal, and lists,
+   tuples, sets, dicts of them; a generator fed to `abs(f(1) - x) < tol` fails the test). A bare `assert E`
+   that is not split (`assert all(f(i) for i in xs)` over computed xs) passes on a truthy report.
 4. A hostile-output parent: it never compiles or runs the code itself, reads only pipes (never files
    the code wrote), keeps a bounded prefix of each, parses the report as JSON into plain data (depth,
    size and hash collisions bounded), strips control characters from the messages it passes on, and
@@ -62,6 +66,7 @@ from dataclasses import dataclass
 
 from rlft.verifiers import sandbox_harness as harness
 from rlft.verifiers import sandbox_isolation as isolation
+from rlft.verifiers import sandbox_shapes as shapes
 
 REPORT_LIMIT = 1 << 20  # bytes of the report pipe kept: far above any honest test value
 REFERENCE_CACHE = 4096  # tests whose solution-free values are kept between calls (GRPO asks every step)
@@ -165,7 +170,15 @@ def _cases(tests: Sequence[str] | str) -> list[str]:
 
 def _parts(test: str) -> list[str]:
     """One test's parts, each ending in one assert, all of which must pass."""
-    return inline_check(test) or split_tests(test)
+    if (parts := inline_check(test)) is not None:
+        return parts
+    try:
+        expanded = shapes.expand(ast.parse(test).body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        expanded = None
+    if expanded is None:
+        return split_tests(test)
+    return [ast.unparse(ast.Module(body=part, type_ignores=[])) for part in expanded]
 
 
 def inline_check(tests: str) -> list[str] | None:
@@ -190,35 +203,42 @@ def inline_check(tests: str) -> list[str] | None:
     if len(a.args) != 1 or a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or fn.decorator_list:
         return None
     stmts = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
-    if not stmts or not all(isinstance(n, ast.Assert) for n in stmts):
-        return None
     rest = [n for n in body if n is not fn and n is not calls[0]]
     if any(isinstance(n, ast.Assert) for n in ast.walk(ast.Module(body=rest, type_ignores=[]))):
         return None
     alias = ast.Assign([ast.Name(a.args[0].arg, ast.Store())], ast.Name(arg, ast.Load()), lineno=0)
-    setup = ast.unparse(ast.Module(body=[*rest, alias], type_ignores=[]))
-    return [f"{setup}\n{ast.unparse(n)}" for n in stmts]
+    if any(isinstance(n, (ast.Return, ast.Global, ast.Nonlocal)) for n in ast.walk(ast.Module(stmts, []))):
+        return None
+    parts = shapes.expand(stmts, [*rest, alias])  # setup lines, loops, expected exceptions (sandbox_shapes)
+    return [ast.unparse(ast.Module(body=part, type_ignores=[])) for part in parts] if parts else None
 
 
 def split_tests(tests: str) -> list[str]:
-    """Split a block of test code into tests: each ends at an `assert`, setup lines join the next one.
+    """Split a block of test code into tests: each ends at an `assert`; setup lines (statements holding no
+    assert) join every later test, since each test runs in a process of its own.
 
     >>> split_tests("x = 2\\nassert x == 2\\nassert x != 3")
-    ['x = 2\\nassert x == 2', 'assert x != 3']
+    ['x = 2\\nassert x == 2', 'x = 2\\nassert x != 3']
     """
     try:
         body = ast.parse(tests).body
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: NUL bytes, surrogates
         return [tests]
     chunks: list[list[ast.stmt]] = [[]]
+    carried: list[ast.stmt] = []
+    start = 0  # where the last chunk's own statements begin
     for node in body:
         chunks[-1].append(node)
         if isinstance(node, ast.Assert):
-            chunks.append([])
-    if not chunks[-1]:
-        chunks.pop()
-    elif len(chunks) > 1:  # trailing statements after the last assert belong to it
-        chunks[-2].extend(chunks.pop())
+            chunks.append(list(carried))
+            start = len(carried)
+        elif not any(isinstance(n, ast.Assert) for n in ast.walk(node)):
+            carried.append(node)
+    own = chunks.pop()[start:]
+    if own and chunks:  # trailing statements after the last assert belong to it
+        chunks[-1].extend(own)
+    elif own:
+        chunks.append(own)
     return [ast.unparse(ast.Module(body=c, type_ignores=[])) for c in chunks if c]
 
 

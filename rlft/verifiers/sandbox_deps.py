@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib
 import sys
+from functools import cache
 
 LEAVES = "_rlft_leaves"
 _BUILTINS = frozenset(dir(builtins))
 _MODULES = frozenset(getattr(sys, "stdlib_module_names", ()))
+_STAR_SAFE = frozenset({"math", "cmath", "itertools", "collections", "functools", "string", "re", "operator",
+                        "heapq", "bisect", "typing", "fractions", "decimal", "statistics", "random"})
 # code-free callables whose other arguments name an attribute or ask about identity, not an expected value
-_NOT_TRANSPARENT = frozenset({"getattr", "hasattr", "type", "vars", "dir", "id", "iter", "next", "callable"})
+_NOT_TRANSPARENT = frozenset({"getattr", "hasattr", "vars", "dir", "id", "iter", "next", "callable"})
 
 
 def stores(tree: ast.AST) -> set[str]:
@@ -35,9 +39,21 @@ def stores(tree: ast.AST) -> set[str]:
     for n in ast.walk(tree):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             out.add(n.name)
+        elif isinstance(n, ast.ImportFrom) and n.names[0].name == "*":
+            out |= _star_names(n.module or "") if not n.level else {"*"}
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             out |= {(a.asname or a.name).split(".")[0] for a in n.names}
     return out
+
+
+@cache
+def _star_names(module: str) -> frozenset[str]:
+    """What `from MODULE import *` binds, for stdlib modules safe to import here; else {'*'} (unknown)."""
+    if module not in _STAR_SAFE:
+        return frozenset({"*"})
+    mod = importlib.import_module(module)
+    names = getattr(mod, "__all__", None) or [n for n in dir(mod) if not n.startswith("_")]
+    return frozenset(names)
 
 
 def loads(tree: ast.AST) -> set[str]:
@@ -75,11 +91,17 @@ class Deps:
                    for n in loads(tree))
 
     def code_free_setup(self, extra: list[ast.AST] = ()) -> list[str]:
-        """The setup statements that run without the code, after imports of the stdlib modules that the
-        setup and `extra` (sides, skeletons) read without importing them (`math.isclose` in a bare test)."""
-        free = set().union(*(loads(t) for t in [*self.trees, *extra])) - self.stored - _BUILTINS
-        imports = [f"import {m}" for m in sorted(free & _MODULES)]
-        return imports + [s for s, t in zip(self.setup, self.trees) if not self.needs_code(t)]
+        """The setup statements that run without the code and that `extra` (sides, skeletons) need, after
+        imports of the stdlib modules they read without importing them (`math.isclose` in a bare test)."""
+        needed = set().union(*(loads(t) for t in extra))
+        keep: list[str] = []
+        for src, tree in reversed(list(zip(self.setup, self.trees))):  # a backward slice, as for the code
+            put = stores(tree)
+            if not self.needs_code(tree) and (put & needed or (not put and loads(tree) & needed) or "*" in put):
+                keep.append(src)
+                needed |= loads(tree)
+        free = needed - self.stored - _BUILTINS
+        return [f"import {m}" for m in sorted(free & _MODULES)] + keep[::-1]
 
     def feeding(self, names: set[str]) -> set[str]:
         """`names` and every setup name their defining statements read, transitively."""
@@ -142,7 +164,7 @@ class Deps:
             if not self.needs_code(f):
                 if isinstance(f, ast.Name) and f.id in _NOT_TRANSPARENT:
                     return None
-                return call, kids, False
+                return call, kids, isinstance(f, ast.Name) and f.id == "type"  # a type is no plain value
             if isinstance(f, ast.Attribute):  # a method of the code's value: `f(1).startswith('ab')`
                 return (lambda c: call(c[1:], ast.Attribute(c[0], f.attr, ast.Load())), [f.value, *kids],
                         False)

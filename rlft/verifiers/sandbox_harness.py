@@ -21,6 +21,8 @@ and an object that is not plain data (an "AlwaysEqual") has no encoding at all.
 from __future__ import annotations
 
 import ast
+import decimal
+import fractions
 import inspect
 import json
 import operator
@@ -34,6 +36,7 @@ from rlft.verifiers.sandbox_deps import stores as _stores
 
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
         ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
+_OP_NODES = {v: k for k, v in _OPS.items()}
 _APPLY = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
           ">=": operator.ge, "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
 _SINGLETONS = (None, True, False, Ellipsis)
@@ -95,7 +98,7 @@ class TestPlan:
             if not stores and expected_only and not self.deps.needs_code(node) \
                     and self.deps.feeding(_loads(node) & self.deps.stored) & expected_only:
                 continue
-            if stores & needed or not stores:
+            if stores & needed or not stores or "*" in stores:  # an unknown star import: keep it
                 keep.append(src)
                 needed = (needed - stores) | _loads(node) if stores else needed | _loads(node)
         return "\n".join(reversed(keep))
@@ -184,9 +187,23 @@ def settle(p: TestPlan, reference: list | None) -> TestPlan:
             p.known[key] = value
         else:
             p.bound[key] = item[1]
+    if not p.opaque and p.ops != ["truth"] and any(i not in p.known for i in p.needs_reference):
+        _judge_whole(p)  # a code-free side with no plain value (`Fraction(1, 3)`, `int`): a judge compares
     if not p.opaque and not p.known and p.ops != ["truth"] and not p.split:
         p.opaque = True  # every side needs the code: nothing to hold back (a bare `assert E` stays observed)
     return p
+
+
+def _judge_whole(p: TestPlan) -> None:
+    """Make the whole condition one split side: the code reports the sides that need it, a judge applies
+    the comparison to them and the code-free sides."""
+    condition = ast.unparse(ast.Compare(ast.parse(p.sides[0], mode="eval").body,
+                                        [_OP_NODES[op]() for op in p.ops],
+                                        [ast.parse(s, mode="eval").body for s in p.sides[1:]]))
+    cut = p.deps.split(condition, 0)
+    if cut:
+        p.sides, p.ops, p.split, p.needs_reference, p.known = [condition], ["truth"], {0: cut}, [], {}
+        p.free_setup = p.deps.code_free_setup([ast.parse(cut[0], mode="eval")])
 
 
 def verdict(p: TestPlan, observed: list) -> tuple[bool, str]:
@@ -238,6 +255,13 @@ def decode(enc: Any, depth: int = 0) -> Any:
         return str(enc[1])
     if tag == "y":
         return bytes.fromhex(enc[1])
+    if tag == "Q":  # fractions.Fraction: numerator, denominator (> 0) in hex
+        num, den = int(enc[1][0], 16), int(enc[1][1], 16)
+        if den <= 0:
+            raise ValueError("denominator")
+        return fractions.Fraction(num, den)
+    if tag == "D":
+        return decimal.Decimal(str(enc[1])[:1000])
     if tag == "e":
         return Ellipsis
     items = [decode(x, depth + 1) for x in enc[1]] if tag in "ltSF" else None
@@ -314,6 +338,10 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
     containers = ((list, "l", list.__iter__), (tuple, "t", tuple.__iter__), (set, "S", set.__iter__),
                   (frozenset, "F", frozenset.__iter__))
     mro_of = type.__dict__["__mro__"].__get__
+    modules = sys.modules
+    exact = (("fractions", "Fraction", "Q", lambda k, v: [hex_of(k.__dict__["_numerator"].__get__(v), "x"),
+                                                          hex_of(k.__dict__["_denominator"].__get__(v), "x")]),
+             ("decimal", "Decimal", "D", lambda k, v: k.__str__(v)))
     list_, str_ = list, str
 
     def encode(v, depth=0):
@@ -330,6 +358,10 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
         for kind, tag, it in containers:
             if kind in mro:
                 return [tag, [encode(x, depth + 1) for x in list_(it(v))]]
+        for mod, cls, tag, parts in exact:  # only when the code imported them: no import cost otherwise
+            kind = getattr(modules.get(mod), cls, None)
+            if kind is not None and kind in mro:
+                return [tag, parts(kind, v)]
         if dict in mro:
             return ["d", [[encode(k, depth + 1), encode(x, depth + 1)] for k, x in list_(dict.items(v))]]
         raise TypeError(f"{type_(v).__name__} is not plain data")
@@ -382,6 +414,11 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
             return scalar_of[tag](enc[1])
         if tag == "d":
             return {decode(k): decode(v) for k, v in enc[1]}
+        if tag == "Q" or tag == "D":
+            import decimal
+            import fractions
+            return (fractions.Fraction(int(enc[1][0], 16), int(enc[1][1], 16)) if tag == "Q"
+                    else decimal.Decimal(enc[1]))
         return builders[tag](decode(x) for x in enc[1])
 
     scope = sys.modules["__main__"].__dict__  # the code's functions pickle (multiprocessing) as __main__.f
