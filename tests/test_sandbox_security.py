@@ -256,6 +256,11 @@ HONEST = {
                 "def check(candidate):\n    import math\n    for i in range(3):\n        assert candidate(i) == i * 2\n"
                 "    assert math.isclose(candidate(0.25), 0.5)\ncheck(f)",
                 "assert third(1) == Fraction(1, 3)", "assert type(f(1)) == int"]),
+    "class_based": ("class Solution:\n    def two_sum(self, xs, t):\n        seen = {}\n"
+                    "        for i, x in enumerate(xs):\n            if t - x in seen:\n"
+                    "                return [seen[t - x], i]\n            seen[x] = i",
+                    ["s = Solution()\nassert s.two_sum([2, 7, 11], 9) == [0, 1]",
+                     "assert abs(Solution().two_sum([1, 2], 3)[1] - 1) < 1e-9"]),
     "custom_class": ("class D:\n    def __init__(s, v): s.v = v\n    def __eq__(s, o): return s.v == o.v\n"
                      "def f(v): return D(v)", ["assert f(1) == f(1)", "assert not f(1) == f(2)"]),
 }

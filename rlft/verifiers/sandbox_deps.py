@@ -29,6 +29,9 @@ _BUILTINS = frozenset(dir(builtins))
 _MODULES = frozenset(getattr(sys, "stdlib_module_names", ()))
 _STAR_SAFE = frozenset({"math", "cmath", "itertools", "collections", "functools", "string", "re", "operator",
                         "heapq", "bisect", "typing", "fractions", "decimal", "statistics", "random"})
+# methods of plain values that test against data; any other method (`Solution().twoSum(xs, 9)`) is the code's
+_DATA_METHODS = frozenset({"startswith", "endswith", "count", "index", "find", "rfind", "issubset", "issuperset",
+                           "isdisjoint", "__contains__", "__eq__", "__lt__", "__le__", "__gt__", "__ge__"})
 # code-free callables whose other arguments name an attribute or ask about identity, not an expected value
 _NOT_TRANSPARENT = frozenset({"getattr", "hasattr", "vars", "dir", "id", "iter", "next", "callable"})
 
@@ -165,7 +168,7 @@ class Deps:
                 if isinstance(f, ast.Name) and f.id in _NOT_TRANSPARENT:
                     return None
                 return call, kids, isinstance(f, ast.Name) and f.id == "type"  # a type is no plain value
-            if isinstance(f, ast.Attribute):  # a method of the code's value: `f(1).startswith('ab')`
+            if isinstance(f, ast.Attribute) and f.attr in _DATA_METHODS:  # `f(1).startswith('ab')`
                 return (lambda c: call(c[1:], ast.Attribute(c[0], f.attr, ast.Load())), [f.value, *kids],
                         False)
         return None
