@@ -126,6 +126,12 @@ def _attacks(port: int, sentinel: int) -> dict[str, tuple[str, list[str]]]:
                        ["for a, b in [(1, 2), (3, 4)]:\n    assert f(a) == b",
                         "def check(candidate):\n    import math\n    for i in range(3):\n"
                         "        assert candidate(i) == i + 7\ncheck(f)"]),
+        "forge_loop_over_name": (forge + "def f(x): forge([])",
+                                 ["cases = [(1, 2), (3, 4)]\nfor a, b in cases:\n    assert f(a) == b",
+                                  "xs = [1, 2]\nassert all(f(i) == i * 3 for i in xs)"]),
+        "expected_in_tuple_setup": ("import sys\ndef f(x):\n    consts = sys._getframe(1).f_code.co_consts\n"
+                                    "    return [c for c in consts if type(c) is int and c != x][-1]",
+                                    ["r, want = f(2), 44\nassert r == want"]),
         "forge_all_generator": (forge + "def f(x): forge([['v', ['b', True]]])",
                                 ["assert all(f(i) == i * 2 for i in range(3))"]),
         "expected_via_print": ("import builtins\nseen = []\nbuiltins.print = lambda *a, **k: seen.extend(a)\n"

@@ -37,13 +37,14 @@ so the defenses are outside it:
    in, e.g. `assert f(2) == g(2)`, an assert inside an `if`/`while`/`with` block or a loop over computed
    items, or a `check` function with a nested `def`) runs whole in the solution's process, and its pass is
    that process's own report: code that writes a well-formed report and exits forges it. A setup statement
-   that needs the code (`r = f(2)`) is sent as source, so one that also assigns the expected value (`r,
-   want = f(2), 4`) leaks it. Gold tests should put the expected value on its own side of `==`. A side
-   counts as expected when it evaluates without the code, so a test of a function that shadows a builtin
-   (`assert max(1, 2) == 2` for a task "write max") is judged against the builtin. A split side needs
-   plain-data parts (plain data: None, bool, int, float, complex, str, bytes, Fraction, Decimal, and lists,
-   tuples, sets, dicts of them; a generator fed to `abs(f(1) - x) < tol` fails the test). A bare `assert E`
-   that is not split (`assert all(f(i) for i in xs)` over computed xs) passes on a truthy report.
+   that needs the code (`r = f(2)`) is sent as source, so one that also computes the expected value (`r =
+   [f(2), 4]`) leaks it (`r, want = f(2), 4` is split into two statements). Gold tests should put the
+   expected value on its own side of `==`. A side counts as expected when it evaluates without the code, so
+   a test of a function that shadows a builtin (`assert max(1, 2) == 2` for a task "write max") is judged
+   against the builtin. A split side needs plain-data parts (plain data: None, bool, int, float, complex,
+   str, bytes, Fraction, Decimal, and lists, tuples, sets, dicts of them; a generator fed to `abs(f(1) - x)
+   < tol` fails the test). A bare `assert E` that is not split (`assert all(f(i) for i in xs)` over
+   computed xs) passes on a truthy report.
 4. A hostile-output parent: it never compiles or runs the code itself, reads only pipes (never files
    the code wrote), keeps a bounded prefix of each, parses the report as JSON into plain data (depth,
    size and hash collisions bounded), strips control characters from the messages it passes on, and

@@ -120,7 +120,8 @@ def plan(test: str) -> TestPlan:
         sides, ops = [cond.left, *cond.comparators], [_OPS[type(op)] for op in cond.ops]
     else:
         sides, ops = [cond], ["truth"]
-    p = TestPlan(test, False, [ast.unparse(s) for s in body[:-1]], [ast.unparse(s) for s in sides], ops, negate)
+    setup = [ast.unparse(part) for s in body[:-1] for part in _unpack(s)]
+    p = TestPlan(test, False, setup, [ast.unparse(s) for s in sides], ops, negate)
     for i, side in enumerate(p.sides):
         try:
             p.known[i] = ast.literal_eval(side)
@@ -138,6 +139,20 @@ def plan(test: str) -> TestPlan:
     read = set().union(*(_loads(trees[i]) for i in range(len(p.sides)) if i not in p.known))
     p.names = sorted((read & deps.stored) - deps.dep)  # sent as values when they evaluate without the code
     return p
+
+
+def _unpack(s: ast.stmt) -> list[ast.stmt]:
+    """`r, want = f(2), 4` as `r = f(2)` and `want = 4`, so the expected value stays code-free (only when no
+    item reads a target: `a, b = b, a` stays)."""
+    if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], (ast.Tuple, ast.List))
+            and isinstance(s.value, (ast.Tuple, ast.List)) and len(s.targets[0].elts) == len(s.value.elts)
+            and all(isinstance(t, ast.Name) for t in s.targets[0].elts)
+            and not any(isinstance(v, ast.Starred) for v in s.value.elts)):
+        return [s]
+    names = {t.id for t in s.targets[0].elts}
+    if len(names) != len(s.targets[0].elts) or any(_loads(v) & names for v in s.value.elts):
+        return [s]
+    return [ast.Assign([t], v, lineno=0) for t, v in zip(s.targets[0].elts, s.value.elts)]
 
 
 def reference_job(p: TestPlan) -> tuple[str, list[str]] | None:

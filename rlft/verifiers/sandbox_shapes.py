@@ -3,8 +3,9 @@ the parent (`rlft.verifiers.sandbox_harness.plan`) instead of the test running w
 where its pass would be the process's own (forgeable) report:
 
 - setup lines carry into every later assert (each part runs in a process of its own);
-- a `for` over a literal list/tuple/set, a literal dict's `.items()`/`.keys()`/`.values()` or `range` of
-  int literals (at most `MAX_UNROLL` items, no break/continue/else) is unrolled, one part per assert;
+- a `for` over a literal list/tuple/set (or a name set to one earlier in the test), a literal dict's
+  `.items()`/`.keys()`/`.values()` or `range` of int literals (at most `MAX_UNROLL` items, no
+  break/continue/else) is unrolled, one part per assert;
 - an expected exception (`try: CALL; assert False / raise AssertionError except E: pass`, the same with
   `else: assert False`, or `with pytest.raises(E): CALL`) becomes `assert 'E' in _rlft_raised`, where
   `_rlft_raised` is the class names of what CALL raised: the process reports that list, the parent holds
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import ast
 
-from rlft.verifiers.sandbox_deps import Deps
+from rlft.verifiers.sandbox_deps import Deps, stores
 
 MAX_UNROLL = 64  # loop items unrolled; each assert in each item is one more process
 RAISED = "_rlft_raised"
@@ -39,11 +40,11 @@ def expand(stmts: list[ast.stmt], prefix: list[ast.stmt] = ()) -> list[list[ast.
 def _expand(stmts: list[ast.stmt], prefix: list[ast.stmt]) -> tuple[list[list[ast.stmt]], list[ast.stmt]] | None:
     parts: list[list[ast.stmt]] = []
     for node in stmts:
-        node = _all_as_loop(node)
+        node = _all_as_loop(node, prefix)
         if isinstance(node, ast.Assert):
             parts.append([*prefix, node])
         elif isinstance(node, ast.For) and _has_assert(node):
-            items = _items(node)
+            items = _items(node, prefix)
             if items is None:
                 return None
             for item in items:
@@ -61,7 +62,7 @@ def _expand(stmts: list[ast.stmt], prefix: list[ast.stmt]) -> tuple[list[list[as
     return parts, prefix
 
 
-def _all_as_loop(node: ast.stmt) -> ast.stmt:
+def _all_as_loop(node: ast.stmt, prefix: list[ast.stmt]) -> ast.stmt:
     """`assert all(E for v in ITEMS [if C])` as `for v in ITEMS: assert E` (`assert not C or E`)."""
     if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.Call) and isinstance(node.test.func, ast.Name)
             and node.test.func.id == "all" and len(node.test.args) == 1 and not node.test.keywords):
@@ -74,7 +75,7 @@ def _all_as_loop(node: ast.stmt) -> ast.stmt:
     for cond in reversed(comp.ifs):
         test = ast.BoolOp(ast.Or(), [ast.UnaryOp(ast.Not(), cond), test])
     loop = ast.For(comp.target, comp.iter, [ast.Assert(test, node.msg)], [], lineno=0)
-    return loop if _items(loop) is not None else node
+    return loop if _items(loop, prefix) is not None else node
 
 
 def _uses_code(setup: list[ast.stmt], trailing: list[ast.stmt]) -> bool:
@@ -86,11 +87,29 @@ def _has_assert(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Assert) for n in ast.walk(node))
 
 
-def _items(node: ast.For) -> list[ast.expr] | None:
-    """The loop's items as expressions, when the loop unrolls."""
+def _literal(name: str, prefix: list[ast.stmt]) -> ast.expr | None:
+    """The literal last assigned to `name` by a plain `name = LITERAL` in `prefix`, if nothing else binds it."""
+    for s in reversed(prefix):
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) \
+                and s.targets[0].id == name:
+            return s.value
+        if name in stores(s) or any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(s)):
+            return None  # rebound, or possibly changed in place (`cases.append(...)`)
+    return None
+
+
+def _items(node: ast.For, prefix: list[ast.stmt] = ()) -> list[ast.expr] | None:
+    """The loop's items as expressions, when the loop unrolls (over a literal, or a name set to one)."""
     if node.orelse or any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(node)):
         return None
     it = node.iter
+    if isinstance(it, ast.Name):
+        it = _literal(it.id, prefix)
+    elif isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and isinstance(it.func.value, ast.Name):
+        value = _literal(it.func.value.id, prefix)
+        it = ast.Call(ast.Attribute(value, it.func.attr, ast.Load()), it.args, it.keywords) if value else None
+    if it is None:
+        return None
     try:
         if isinstance(it, (ast.List, ast.Tuple, ast.Set)):
             ast.literal_eval(it)
