@@ -18,7 +18,8 @@ so the defenses are outside it:
    code), is the expected value and stays in the parent; the solution's process is sent only the other
    side's expression (and the setup lines that expression needs), evaluates it, and reports the value
    as plain data. Names the test sets up (`x = [3, 1, 2]`) are sent as values computed without the
-   code, so a setup line that also holds an expected value is not sent. The parent compares. The
+   code, so a setup line that also holds an expected value is not sent; an argument computed from test
+   data (`f(case['in'])`) is sent as its value, not the record it came from. The parent compares. The
    process's report must be exactly one well-formed line from a process that exited 0; anything else
    (a forged second line, junk, `os._exit(0)` before reporting) fails. So the only way to pass such a
    test is to produce its expected value, which is never inside the process: forging the report is as

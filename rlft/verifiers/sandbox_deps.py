@@ -25,6 +25,7 @@ import sys
 from functools import cache
 
 LEAVES = "_rlft_leaves"
+INPUT = "_rlft_in_"  # + k: an argument computed from test data without the code
 _BUILTINS = frozenset(dir(builtins))
 _MODULES = frozenset(getattr(sys, "stdlib_module_names", ()))
 _STAR_SAFE = frozenset({"math", "cmath", "itertools", "collections", "functools", "string", "re", "operator",
@@ -172,3 +173,29 @@ class Deps:
                 return (lambda c: call(c[1:], ast.Attribute(c[0], f.attr, ast.Load())), [f.value, *kids],
                         False)
         return None
+
+    def inputs(self, expr: str, table: dict[str, str]) -> str:
+        """`expr` with each code-free part that reads test data (`case['input']`, `xs[:2]`) replaced by a
+        name `_rlft_in_K` (added to `table` with its source), so the code's process gets that value, not
+        the data it came from (`case` may also hold the expected value)."""
+        tree = ast.parse(expr, mode="eval")
+
+        class Cut(ast.NodeTransformer):
+            def visit(inner, node):  # noqa: N805 - the transformer's self; `self` is the Deps
+                if isinstance(node, ast.expr) and self._input(node):
+                    name = f"{INPUT}{len(table)}"
+                    table[name] = ast.unparse(node)
+                    return ast.Name(name, ast.Load())
+                return inner.generic_visit(node)
+        return ast.unparse(Cut().visit(tree))
+
+    def _input(self, node: ast.expr) -> bool:
+        if isinstance(node, (ast.Name, ast.Constant, ast.Lambda, ast.Starred)) or self.needs_code(node):
+            return False
+        if any(isinstance(n, ast.Lambda) for n in ast.walk(node)) or not loads(node) & self.stored:
+            return False
+        try:
+            ast.literal_eval(node)
+            return False  # a literal: nothing to hide
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return True

@@ -60,13 +60,19 @@ class TestPlan:
     split: dict[int, tuple[str, list[str]]] = field(default_factory=dict)  # side -> (skeleton, leaves)
     free_setup: list[str] = field(default_factory=list)  # setup that runs without the code (reference, judge)
     deps: Any = None  # sandbox_deps.Deps of the setup
+    inputs: dict[str, str] = field(default_factory=dict)  # _rlft_in_K -> code-free source in an observed side
 
     def observed(self) -> list[int]:
         return [i for i in range(len(self.sides)) if i not in self.known]
 
     def observed_exprs(self) -> list[str]:
-        """What the solution's process evaluates: each observed side, or the leaves of a split one."""
-        return [e for i in self.observed() for e in (self.split[i][1] if i in self.split else [self.sides[i]])]
+        """What the solution's process evaluates: each observed side, or the leaves of a split one (an input
+        that did not evaluate without the code is put back as its source)."""
+        exprs = [e for i in self.observed() for e in (self.split[i][1] if i in self.split else [self.sides[i]])]
+        for name, src in sorted(self.inputs.items(), key=lambda kv: -len(kv[0])):  # _rlft_in_10 before _1
+            if name not in self.bound:
+                exprs = [e.replace(name, f"({src})") for e in exprs]
+        return exprs
 
     def _observed_reads(self) -> set[str]:
         return set().union(*(_loads(ast.parse(e, mode="eval")) for e in self.observed_exprs()))
@@ -134,9 +140,16 @@ def plan(test: str) -> TestPlan:
     for i, tree in enumerate(trees):
         if i not in p.known and deps.needs_code(tree) and (cut := deps.split(p.sides[i], i)):
             p.split[i] = cut
+    for i, tree in enumerate(trees):  # the code gets `case['in']`'s value, never `case` (which may hold more)
+        if i in p.split:
+            p.split[i] = (p.split[i][0], [deps.inputs(leaf, p.inputs) for leaf in p.split[i][1]])
+        elif i not in p.known and deps.needs_code(tree):
+            p.sides[i] = deps.inputs(p.sides[i], p.inputs)
     skeletons = [ast.parse(cut[0], mode="eval") for cut in p.split.values()]
-    p.free_setup = deps.code_free_setup([*trees, *skeletons])
-    read = set().union(*(_loads(trees[i]) for i in range(len(p.sides)) if i not in p.known))
+    inputs = [ast.parse(src, mode="eval") for src in p.inputs.values()]
+    p.free_setup = deps.code_free_setup([*trees, *skeletons, *inputs])
+    read = set().union(*(_loads(ast.parse(p.sides[i], mode="eval")) for i in range(len(p.sides)) if i not in p.known))
+    read |= set().union(*(_loads(ast.parse(e, mode="eval")) for cut in p.split.values() for e in cut[1]))
     p.names = sorted((read & deps.stored) - deps.dep)  # sent as values when they evaluate without the code
     return p
 
@@ -157,7 +170,7 @@ def _unpack(s: ast.stmt) -> list[ast.stmt]:
 
 def reference_job(p: TestPlan) -> tuple[str, list[str]] | None:
     """(setup, expressions) to evaluate without the code, or None when nothing needs it."""
-    exprs = [p.sides[i] for i in p.needs_reference] + p.names
+    exprs = [p.sides[i] for i in p.needs_reference] + p.names + list(p.inputs.values())
     return ("\n".join(p.free_setup), exprs) if exprs else None
 
 
@@ -190,7 +203,7 @@ def merge(p: TestPlan, leaves: list, judged: list) -> list:
 
 def settle(p: TestPlan, reference: list | None) -> TestPlan:
     """Take the reference values that evaluated; a test left with no expected side becomes opaque."""
-    keys = [*p.needs_reference, *p.names]
+    keys = [*p.needs_reference, *p.names, *p.inputs]
     for key, item in zip(keys, reference or []):
         if not (isinstance(item, list) and len(item) == 2 and item[0] == "v"):
             continue
