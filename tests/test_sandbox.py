@@ -287,3 +287,20 @@ def test_opt_out_keeps_limits_and_cleans_up(monkeypatch):
     assert results[1].fraction == 1.0  # the 1,500-deep chain is scored, then removed without recursion
     assert {p for p in os.listdir("/tmp") if p.startswith("rlft-code-")} == before
     assert sandbox.isolation.mode() == "none"
+
+
+def test_hostile_test_shapes_stay_cheap_for_the_parent():
+    """Unrolling is capped while it grows: 60 x 60 x 60 nested loop items would be 216,000 parts."""
+    import ast
+    import time
+
+    from rlft.verifiers import sandbox_shapes
+    nested = ("for i in range(60):\n    for j in range(60):\n        for k in range(60):\n"
+              "            assert f(i, j, k) == 0")
+    started = time.monotonic()
+    assert sandbox_shapes.expand(ast.parse(nested).body) is None  # stays one (opaque) test
+    assert len(sandbox_shapes.expand(ast.parse(nested.replace("60", "6")).body)) == 216
+    many = "\n".join(f"x{i} = {i}\nassert f(x{i}) == {i}" for i in range(500))
+    parts = split_tests(many)
+    assert len(parts) == 500 and parts[-1].count("\n") <= 17  # at most 16 setup lines carried, plus its own
+    assert time.monotonic() - started < 10

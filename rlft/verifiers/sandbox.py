@@ -234,8 +234,8 @@ def split_tests(tests: str) -> list[str]:
         if isinstance(node, ast.Assert):
             chunks.append(list(carried))
             start = len(carried)
-        elif not any(isinstance(n, ast.Assert) for n in ast.walk(node)):
-            carried.append(node)
+        elif len(carried) < 16 and not any(isinstance(n, ast.Assert) for n in ast.walk(node)):
+            carried.append(node)  # bounded (16): 3,000 setup lines x 3,000 asserts would stall the parent
     own = chunks.pop()[start:]
     if own and chunks:  # trailing statements after the last assert belong to it
         chunks[-1].extend(own)

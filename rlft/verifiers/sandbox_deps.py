@@ -79,31 +79,38 @@ class Deps:
     def __init__(self, setup: list[str]):
         self.trees = [ast.parse(s) for s in setup]
         self.setup = setup
-        self.stored = set().union(*(stores(t) for t in self.trees))
+        self._puts = [stores(t) for t in self.trees]  # computed once: a plan asks many times
+        self._gets = [loads(t) for t in self.trees]
+        self.stored = set().union(*self._puts)
         self.dep: set[str] = set()
         self._index = 0  # the side `split` is working on
         while True:  # to a fixpoint: order-insensitive, so conservative
             before = len(self.dep)
-            for t in self.trees:
-                if self.needs_code(t):
-                    self.dep |= stores(t) | (loads(t) & self.stored)
+            for put, get in zip(self._puts, self._gets):
+                if self._reads_code(get):
+                    self.dep |= put | (get & self.stored)
             if len(self.dep) == before:
                 break
 
-    def needs_code(self, tree: ast.AST) -> bool:
+    def _reads_code(self, names: set[str]) -> bool:
         return any(n in self.dep or (n not in self.stored and n not in _BUILTINS and n not in _MODULES)
-                   for n in loads(tree))
+                   for n in names)
+
+    def needs_code(self, tree: ast.AST) -> bool:
+        for t, get in zip(self.trees, self._gets):
+            if t is tree:
+                return self._reads_code(get)
+        return self._reads_code(loads(tree))
 
     def code_free_setup(self, extra: list[ast.AST] = ()) -> list[str]:
         """The setup statements that run without the code and that `extra` (sides, skeletons) need, after
         imports of the stdlib modules they read without importing them (`math.isclose` in a bare test)."""
         needed = set().union(*(loads(t) for t in extra))
         keep: list[str] = []
-        for src, tree in reversed(list(zip(self.setup, self.trees))):  # a backward slice, as for the code
-            put = stores(tree)
-            if not self.needs_code(tree) and (put & needed or (not put and loads(tree) & needed) or "*" in put):
+        for src, put, get in reversed(list(zip(self.setup, self._puts, self._gets))):  # a backward slice
+            if not self._reads_code(get) and (put & needed or (not put and get & needed) or "*" in put):
                 keep.append(src)
-                needed |= loads(tree)
+                needed |= get
         free = needed - self.stored - _BUILTINS
         return [f"import {m}" for m in sorted(free & _MODULES)] + keep[::-1]
 
@@ -113,9 +120,9 @@ class Deps:
         while todo:
             n = todo.pop()
             out.add(n)
-            for t in self.trees:
-                if n in stores(t):
-                    todo |= (loads(t) & self.stored) - out
+            for put, get in zip(self._puts, self._gets):
+                if n in put:
+                    todo |= (get & self.stored) - out
         return out
 
     def split(self, side: str, index: int = 0) -> tuple[str, list[str]] | None:

@@ -22,6 +22,7 @@ import ast
 from rlft.verifiers.sandbox_deps import Deps, stores
 
 MAX_UNROLL = 64  # loop items unrolled; each assert in each item is one more process
+MAX_PARTS = 256  # parts of one test (nested loops multiply): ~50 ms of process each; beyond, the test stays whole
 RAISED = "_rlft_raised"
 
 
@@ -32,7 +33,7 @@ def expand(stmts: list[ast.stmt], prefix: list[ast.stmt] = ()) -> list[list[ast.
         return None
     parts, rest = out
     trailing = [s for s in rest if not any(s is t for t in parts[-1])] if parts else rest
-    if not parts or (trailing and _uses_code(parts[-1][:-1], trailing)):
+    if not parts or len(parts) > MAX_PARTS or (trailing and _uses_code(parts[-1][:-1], trailing)):
         return None
     return parts
 
@@ -53,6 +54,8 @@ def _expand(stmts: list[ast.stmt], prefix: list[ast.stmt]) -> tuple[list[list[as
                     return None
                 parts += sub[0]
                 prefix = sub[1]
+                if len(parts) > MAX_PARTS or len(prefix) > 4 * MAX_PARTS:
+                    return None  # checked as it grows: 60 x 60 x 60 nested items would take the parent minutes
         elif (raised := _raises(node)) is not None:
             parts.append([*prefix, *raised])
         elif _has_assert(node):
