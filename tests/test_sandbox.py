@@ -158,14 +158,18 @@ def test_check_function_becomes_one_test_per_assert():
     assert (wrong.n_tests, wrong.n_passed) == (3, 1)
     forged = run_tests("import os\nos.write(1, b'[\"ok\", []]\\n')\nos._exit(0)", tests, LIMITS)
     assert forged.n_passed == 0  # each assert's expected side stays in the parent: no report can forge it
-    # anything else stays one opaque test (a loop in check, no call of check)
+    # a loop over literal items unrolls (one test per assert and item); no call of check: not a check block
     loop = "def check(candidate):\n    for i in range(3):\n        assert candidate(i) == i + 1\ncheck(inc)"
-    assert sandbox.inline_check(loop) is None and sandbox.inline_check(tests.replace("check(inc)", "")) is None
+    assert sandbox.inline_check(loop)[1] == "candidate = inc\ni = 0\ni = 1\nassert candidate(i) == i + 1"
+    assert sandbox.inline_check(tests.replace("check(inc)", "")) is None
+    while_loop = "def check(candidate):\n    while True:\n        assert candidate(1) == 2\ncheck(inc)"
+    assert sandbox.inline_check(while_loop) is None  # any other block with an assert: one opaque test
 
 
 def test_tests_split():
+    # setup lines carry into every later test (each runs in its own process); trailing lines join the last
     assert split_tests("x = f(2)\nassert x == 4\nassert f(0) == 0\ny = 1") == ["x = f(2)\nassert x == 4",
-                                                                                "assert f(0) == 0\ny = 1"]
+                                                                                "x = f(2)\nassert f(0) == 0\ny = 1"]
 
 
 def test_expected_value_stays_in_the_parent():
@@ -174,23 +178,33 @@ def test_expected_value_stays_in_the_parent():
     assert p.solution_setup() == "" and [p.sides[i] for i in p.observed()] == ["f(2)"]
     # an expected value computed in setup is evaluated without the code; the code gets only what it needs
     p = sandbox_harness.plan("expected = sorted([9, 7])\nx, y = 2, 3\nrandom.seed(y)\nassert f(x) == expected")
-    setup = "expected = sorted([9, 7])\nx, y = (2, 3)\nrandom.seed(y)"  # as ast.unparse writes it
-    assert sandbox_harness.reference_job(p) == (setup, ["f(x)", "expected", "expected", "x"])
+    assert p.setup == ["expected = sorted([9, 7])", "x = 2", "y = 3", "random.seed(y)"]  # `x, y = 2, 3` split
+    # `f(x)` needs the code (f is bound nowhere in the test), so only the other side is tried without it,
+    # with the setup lines it needs
+    assert sandbox_harness.reference_job(p) == ("expected = sorted([9, 7])\nx = 2", ["expected", "expected", "x"])
     seven_nine = ["l", [["i", "7"], ["i", "9"]]]
-    sandbox_harness.settle(p, [["x", "NameError: name 'f' is not defined"], ["v", seven_nine], ["v", seven_nine],
-                               ["v", ["i", "2"]]])
+    sandbox_harness.settle(p, [["v", seven_nine], ["v", seven_nine], ["v", ["i", "2"]]])
     assert p.known == {1: [7, 9]} and not p.opaque
-    # x arrives as a value; `x, y = (2, 3)` is sent only because random.seed(y) (kept: it assigns nothing) reads y
-    assert p.solution_bind() == {"x": ["i", "2"]} and p.solution_setup() == "x, y = (2, 3)\nrandom.seed(y)"
+    # x arrives as a value; `y = 3` is sent only because random.seed(y) (kept: it assigns nothing) reads y
+    assert p.solution_bind() == {"x": ["i", "2"]} and p.solution_setup() == "y = 3\nrandom.seed(y)"
     q = sandbox_harness.settle(sandbox_harness.plan("want, x = [1, 2], [2, 1]\nassert f(x) == want"),
-                               [["x", "NameError"], ["v", ["l", [["i", "1"], ["i", "2"]]]],
-                               ["v", ["l", [["i", "1"], ["i", "2"]]]], ["v", ["l", [["i", "2"], ["i", "1"]]]]])
+                               [["v", ["l", [["i", "1"], ["i", "2"]]]], ["v", ["l", [["i", "1"], ["i", "2"]]]],
+                               ["v", ["l", [["i", "2"], ["i", "1"]]]]])
     assert q.solution_setup() == "" and q.solution_bind() == {"x": ["l", [["i", "2"], ["i", "1"]]]}  # no `want`
     assert sandbox_harness.verdict(p, [["v", ["l", [["i", "7"], ["i", "9"]]]]]) == (True, "")
     assert sandbox_harness.verdict(p, [["v", ["t", [["i", "7"], ["i", "9"]]]]])[0] is False  # (7, 9) != [7, 9]
-    # no side computable without the code: the test runs whole (opaque)
-    p = sandbox_harness.settle(sandbox_harness.plan("assert f(2) == f(1) + 1"), [["x", "NameError"]] * 2)
-    assert p.opaque and p.solution_setup() == "assert f(2) == f(1) + 1"
+    # a side mixing the code's value with test data is split: the code reports f(1), a judge adds 1
+    p = sandbox_harness.settle(sandbox_harness.plan("assert f(2) == f(1) + 1"), None)
+    assert not p.opaque and p.observed_exprs() == ["f(2)", "f(1)"] and p.solution_setup() == ""
+    assert p.split == {1: ("_rlft_leaves[1, 0] + 1", ["f(1)"])}
+    job = sandbox_harness.judge_job(p, [["v", ["i", "9"]], ["v", ["i", "8"]]])
+    assert job == ("", ["_rlft_leaves[1, 0] + 1"], {"_rlft_leaves": ["d", [[["t", [["i", "1"], ["i", "0"]]],
+                                                                             ["i", "8"]]]]})
+    # an expected value set up next to a call of the code stays in the parent (the setup is split statically)
+    r = sandbox_harness.plan("want = 55\nresult = f(10)\nprint(want)\nassert result == want")
+    assert sandbox_harness.reference_job(r) == ("want = 55\nprint(want)", ["want", "want"])
+    sandbox_harness.settle(r, [["v", ["i", "37"]], ["v", ["i", "37"]]])
+    assert r.known == {1: 55} and r.solution_setup() == "result = f(10)"  # print(want) would leak it
 
 
 def test_parent_refuses_values_built_to_be_slow():
@@ -273,3 +287,20 @@ def test_opt_out_keeps_limits_and_cleans_up(monkeypatch):
     assert results[1].fraction == 1.0  # the 1,500-deep chain is scored, then removed without recursion
     assert {p for p in os.listdir("/tmp") if p.startswith("rlft-code-")} == before
     assert sandbox.isolation.mode() == "none"
+
+
+def test_hostile_test_shapes_stay_cheap_for_the_parent():
+    """Unrolling is capped while it grows: 60 x 60 x 60 nested loop items would be 216,000 parts."""
+    import ast
+    import time
+
+    from rlft.verifiers import sandbox_shapes
+    nested = ("for i in range(60):\n    for j in range(60):\n        for k in range(60):\n"
+              "            assert f(i, j, k) == 0")
+    started = time.monotonic()
+    assert sandbox_shapes.expand(ast.parse(nested).body) is None  # stays one (opaque) test
+    assert len(sandbox_shapes.expand(ast.parse(nested.replace("60", "6")).body)) == 216
+    many = "\n".join(f"x{i} = {i}\nassert f(x{i}) == {i}" for i in range(500))
+    parts = split_tests(many)
+    assert len(parts) == 500 and parts[-1].count("\n") <= 17  # at most 16 setup lines carried, plus its own
+    assert time.monotonic() - started < 10

@@ -38,6 +38,9 @@ ABSTRACT = f"rlft-abstract-{TAG}"  # an abstract unix socket on the host
 
 def _attacks(port: int, sentinel: int) -> dict[str, tuple[str, list[str]]]:
     """name -> (code, tests); each test would pass only if the attack worked."""
+    forge = ("import os\ndef forge(values):\n    report = repr(['ok', values]).replace(\"'\", '\"')\n"
+             "    report = report.replace('True', 'true')\n    os.write(3, report.encode() + b'\\n')\n"
+             "    os._exit(0)\n")
     spawn = (f"os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', '{MARKER}'])")
     a = {
         # privilege
@@ -98,6 +101,48 @@ def _attacks(port: int, sentinel: int) -> dict[str, tuple[str, list[str]]]:
                                 "    for t in texts:\n        m = re.search(r'want\\D*(\\d+)', t)\n"
                                 "        if m:\n            return int(m.group(1))\n    return -1",
                                 ["want, x = 55, 10\nassert f(x) == want"]),
+        # forging the report on the private result fd (3) with a value that fits the comparison, not the task
+        "forge_isclose": (forge + "def f(x): forge([['v', ['b', True]]])",
+                          ["import math\nassert math.isclose(f(1), 3.5)"]),
+        "forge_isclose_no_import": (forge + "def f(x): forge([['v', ['b', True]]])",
+                                    ["assert math.isclose(f(1), 3.5)"]),
+        "forge_abs_tolerance": (forge + "def f(x): forge([['v', ['f', '0.0']]])",
+                                ["assert abs(f(1) - 3.5) < 1e-6", "want = 3.5\nassert abs(f(1) - want) <= 1e-6"]),
+        "forge_or_chain": (forge + "def f(x): forge([['v', ['b', True]]])", ["assert f(1) == 3 or f(1) == 4"]),
+        "forge_method_call": (forge + "def f(x): forge([['v', ['b', True]]])", ["assert f(1).startswith('xyz')"]),
+        "forge_no_expected_side": (forge + "def f(x): forge([])", ["assert f(2) == f(1) + 1"]),
+        "forge_expected_in_setup": (forge + "def f(x): forge([])",
+                                    ["want = 55\nresult = f(10)\nassert result == want"]),
+        # forging tests of shapes that used to run whole in the code's process (opaque)
+        "forge_expected_not_plain": (forge + "def f(x): forge([])",
+                                     ["from fractions import Fraction\nassert f(1) == Fraction(1, 3)",
+                                      "assert type(f(1)) == int", "assert f(1) == 10 ** 10 ** 8"]),
+        "forge_trailing_line": (forge + "def f(x): forge([])", ["assert f(10) == 55\nprint('done')"]),
+        "forge_expected_exception": (forge + "def f(x): forge([])",
+                                     ["try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    assert False",
+                                      "try:\n    f(-1)\n    raise AssertionError('no')\nexcept ValueError:\n    pass",
+                                      "import pytest\nwith pytest.raises(ValueError):\n    f(-1)"]),
+        "forge_loop": (forge + "def f(x): forge([])",
+                       ["for a, b in [(1, 2), (3, 4)]:\n    assert f(a) == b",
+                        "def check(candidate):\n    import math\n    for i in range(3):\n"
+                        "        assert candidate(i) == i + 7\ncheck(f)"]),
+        "forge_loop_over_name": (forge + "def f(x): forge([])",
+                                 ["cases = [(1, 2), (3, 4)]\nfor a, b in cases:\n    assert f(a) == b",
+                                  "xs = [1, 2]\nassert all(f(i) == i * 3 for i in xs)"]),
+        "expected_in_tuple_setup": ("import sys\ndef f(x):\n    consts = sys._getframe(1).f_code.co_consts\n"
+                                    "    return [c for c in consts if type(c) is int and c != x][-1]",
+                                    ["r, want = f(2), 44\nassert r == want"]),
+        "expected_in_input_record": ("import sys\ndef f(x):\n    seen = list(sys._getframe(1).f_globals.values())\n"
+                                     "    for o in seen:\n        if isinstance(o, dict) and o.get('in') == x:\n"
+                                     "            return o.get('out')\n    return -1",
+                                     ["case = {'in': 5, 'out': 11}\nassert f(case['in']) == case['out']",
+                                      "cases = [{'in': 1, 'out': 3}]\nfor c in cases:\n"
+                                      "    assert f(c['in']) == c['out']"]),
+        "forge_all_generator": (forge + "def f(x): forge([['v', ['b', True]]])",
+                                ["assert all(f(i) == i * 2 for i in range(3))"]),
+        "expected_via_print": ("import builtins\nseen = []\nbuiltins.print = lambda *a, **k: seen.extend(a)\n"
+                               "def f(n): return seen[-1] if seen else -1",
+                               ["expected = 55\nprint(expected)\nassert f(10) == expected"]),
         "hash_collisions": ("def f(n): return {k * (2 ** 61 - 1) for k in range(1, 3000)}", ["assert f(1) == {1}"]),
         "always_equal": ("class A:\n    def __eq__(s, o): return True\n    def __ne__(s, o): return False\n"
                          "    __hash__ = object.__hash__\ndef f(n): return A()",
@@ -208,6 +253,28 @@ HONEST = {
     "multiprocessing": ("import multiprocessing\ndef sq(x):\n    return x * x\ndef f():\n"
                         "    with multiprocessing.get_context('fork').Pool(2) as pool:\n"
                         "        return pool.map(sq, [1, 2, 3])", ["assert f() == [1, 4, 9]"]),
+    "tolerance_and_setup": ("import math\ndef f(x):\n    return math.sqrt(x)\ndef g(xs):\n    xs.sort()",
+                            ["assert math.isclose(f(2), 1.4142135623730951)", "assert abs(f(4) - 2) < 1e-9",
+                             "assert f(4) == 3 or f(4) == 2.0", "assert f(9) == f(4) + 1",
+                             "want = 3.0\nr = f(9)\nassert r == want", "xs = [3, 1]\ng(xs)\nassert xs == [1, 3]",
+                             "expected = 2.0\nprint(expected)\nassert f(4) == expected"]),
+    "shapes": ("from fractions import Fraction\ndef f(x):\n    if x < 0:\n        raise ValueError(x)\n"
+               "    return x * 2\ndef third(x):\n    return Fraction(x, 3)",
+               ["x = 2\nassert f(x) == 4\nassert f(x + 1) == 6", "assert f(10) == 20\nprint('done')",
+                "try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    assert False",
+                "import pytest\nwith pytest.raises((TypeError, ValueError)):\n    f(-1)",
+                "for a, b in {1: 2, 3: 6}.items():\n    assert f(a) == b",
+                "assert all(f(i) == 2 * i for i in range(4))",
+                "def check(candidate):\n    import math\n    for i in range(3):\n        assert candidate(i) == i * 2\n"
+                "    assert math.isclose(candidate(0.25), 0.5)\ncheck(f)",
+                "assert third(1) == Fraction(1, 3)", "assert type(f(1)) == int",
+                "cases = [{'in': 1, 'out': 2}, {'in': 4, 'out': 8}]\nfor c in cases:\n"
+                "    assert f(c['in']) == c['out']"]),
+    "class_based": ("class Solution:\n    def two_sum(self, xs, t):\n        seen = {}\n"
+                    "        for i, x in enumerate(xs):\n            if t - x in seen:\n"
+                    "                return [seen[t - x], i]\n            seen[x] = i",
+                    ["s = Solution()\nassert s.two_sum([2, 7, 11], 9) == [0, 1]",
+                     "assert abs(Solution().two_sum([1, 2], 3)[1] - 1) < 1e-9"]),
     "custom_class": ("class D:\n    def __init__(s, v): s.v = v\n    def __eq__(s, o): return s.v == o.v\n"
                      "def f(v): return D(v)", ["assert f(1) == f(1)", "assert not f(1) == f(2)"]),
 }

@@ -18,22 +18,34 @@ so the defenses are outside it:
    code), is the expected value and stays in the parent; the solution's process is sent only the other
    side's expression (and the setup lines that expression needs), evaluates it, and reports the value
    as plain data. Names the test sets up (`x = [3, 1, 2]`) are sent as values computed without the
-   code, so a setup line that also holds an expected value is not sent. The parent compares. The
+   code, so a setup line that also holds an expected value is not sent; an argument computed from test
+   data (`f(case['in'])`) is sent as its value, not the record it came from. The parent compares. The
    process's report must be exactly one well-formed line from a process that exited 0; anything else
    (a forged second line, junk, `os._exit(0)` before reporting) fails. So the only way to pass such a
    test is to produce its expected value, which is never inside the process: forging the report is as
    hard as solving that test. An object whose `__eq__` always returns True has no plain-data encoding
    and fails. A test given with several top-level asserts is split into parts (one process each; the
    test passes when all do), and a HumanEval-style `def check(candidate)` of plain asserts called as
-   `check(fn)` becomes one test per assert (`inline_check`).
-3. Limits of the guarantee: an *opaque* test (no side computable without the code, e.g.
-   `assert f(2) == f(1) + 1`, an assert inside a loop or branch, or a `check` function with more than
-   plain asserts) runs whole in the solution's process, and its pass is that process's own report:
-   code that writes a well-formed report and exits forges it. A setup statement that needs the code
-   (`r = f(2)`) is sent as source, so one that also assigns the expected value (`r, want = f(2), 4`)
-   leaks it. Gold tests should put the expected value on its own side of `==`. A side counts as
-   expected when it evaluates without the code, so a test of a function that shadows a builtin
-   (`assert max(1, 2) == 2` for a task "write max") is judged against the builtin.
+   `check(fn)` becomes one test per assert (`inline_check`); loops over literal items, `assert all(...)`
+   over them, expected exceptions (try/except, `pytest.raises`) and setup lines carried to later asserts
+   are rewritten into such parts too (`rlft.verifiers.sandbox_shapes`). Which names and setup lines need
+   the code is found statically (`rlft.verifiers.sandbox_deps`), so `want = 55; r = f(10); assert r ==
+   want` keeps 55 in the parent. A side that mixes the code's values with test data (`abs(f(1) - 3.5) <
+   1e-6`, `math.isclose(f(1), 3.5)`, `f(1) == 3 or f(1) == 4`), where a value fitting the comparison (0.0,
+   True) could be reported without knowing the data, is split: the code's process reports only the parts
+   that need the code (`f(1)`), and a *judge* process without the code computes the side.
+3. Limits of the guarantee: an *opaque* test (no side computable without the code and no test data mixed
+   in, e.g. `assert f(2) == g(2)`, an assert inside an `if`/`while`/`with` block or a loop over computed
+   items, or a `check` function with a nested `def`) runs whole in the solution's process, and its pass is
+   that process's own report: code that writes a well-formed report and exits forges it. A setup statement
+   that needs the code (`r = f(2)`) is sent as source, so one that also computes the expected value (`r =
+   [f(2), 4]`) leaks it (`r, want = f(2), 4` is split into two statements). Gold tests should put the
+   expected value on its own side of `==`. A side counts as expected when it evaluates without the code, so
+   a test of a function that shadows a builtin (`assert max(1, 2) == 2` for a task "write max") is judged
+   against the builtin. A split side needs plain-data parts (plain data: None, bool, int, float, complex,
+   str, bytes, Fraction, Decimal, and lists, tuples, sets, dicts of them; a generator fed to `abs(f(1) - x)
+   < tol` fails the test). A bare `assert E` that is not split (`assert all(f(i) for i in xs)` over
+   computed xs) passes on a truthy report.
 4. A hostile-output parent: it never compiles or runs the code itself, reads only pipes (never files
    the code wrote), keeps a bounded prefix of each, parses the report as JSON into plain data (depth,
    size and hash collisions bounded), strips control characters from the messages it passes on, and
@@ -56,6 +68,7 @@ from dataclasses import dataclass
 
 from rlft.verifiers import sandbox_harness as harness
 from rlft.verifiers import sandbox_isolation as isolation
+from rlft.verifiers import sandbox_shapes as shapes
 
 REPORT_LIMIT = 1 << 20  # bytes of the report pipe kept: far above any honest test value
 REFERENCE_CACHE = 4096  # tests whose solution-free values are kept between calls (GRPO asks every step)
@@ -133,9 +146,17 @@ def run_many(jobs: Sequence[tuple[str, Sequence[str] | str]], limits: Limits = L
                 tasks.append(((j, -1, 0), code, "", [], {}))
             for k, test in enumerate(p):  # a part with nothing to observe still needs the code to run clean
                 for m, t in enumerate(test):
-                    observe = [] if t.opaque else [t.sides[i] for i in t.observed()]
+                    observe = [] if t.opaque else t.observed_exprs()
                     tasks.append(((j, k, m), code, t.solution_setup(), observe, {} if t.opaque else t.solution_bind()))
         outcomes = list(pool.map(lambda task: _spawn(chosen, limits, *task[1:]), tasks))
+        judges = [(o, t, job) for ((j, k, m), *_), o in zip(tasks, outcomes)
+                  if k >= 0 and (t := plans[j][k][m]).split and not t.opaque and (job := _judge_job(t, o))]
+        for (o, t, _), verdict in zip(judges, pool.map(lambda x: _spawn(chosen, limits, None, *x[2]), judges)):
+            judged = verdict.values()
+            if verdict.report and verdict.report[0] == "ok" and len(judged) == len(t.split):
+                o.report = ["ok", harness.merge(t, o.values(), judged)]
+            else:
+                o.report = ["error", "the test's comparison failed without the code: " + _why(verdict)]
     by_job: dict[int, dict[tuple[int, int], _Outcome]] = {}
     for ((j, k, m), *_), outcome in zip(tasks, outcomes):
         by_job.setdefault(j, {})[(k, m)] = outcome
@@ -151,7 +172,15 @@ def _cases(tests: Sequence[str] | str) -> list[str]:
 
 def _parts(test: str) -> list[str]:
     """One test's parts, each ending in one assert, all of which must pass."""
-    return inline_check(test) or split_tests(test)
+    if (parts := inline_check(test)) is not None:
+        return parts
+    try:
+        expanded = shapes.expand(ast.parse(test).body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        expanded = None
+    if expanded is None:
+        return split_tests(test)
+    return [ast.unparse(ast.Module(body=part, type_ignores=[])) for part in expanded]
 
 
 def inline_check(tests: str) -> list[str] | None:
@@ -176,35 +205,42 @@ def inline_check(tests: str) -> list[str] | None:
     if len(a.args) != 1 or a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or fn.decorator_list:
         return None
     stmts = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
-    if not stmts or not all(isinstance(n, ast.Assert) for n in stmts):
-        return None
     rest = [n for n in body if n is not fn and n is not calls[0]]
     if any(isinstance(n, ast.Assert) for n in ast.walk(ast.Module(body=rest, type_ignores=[]))):
         return None
     alias = ast.Assign([ast.Name(a.args[0].arg, ast.Store())], ast.Name(arg, ast.Load()), lineno=0)
-    setup = ast.unparse(ast.Module(body=[*rest, alias], type_ignores=[]))
-    return [f"{setup}\n{ast.unparse(n)}" for n in stmts]
+    if any(isinstance(n, (ast.Return, ast.Global, ast.Nonlocal)) for n in ast.walk(ast.Module(stmts, []))):
+        return None
+    parts = shapes.expand(stmts, [*rest, alias])  # setup lines, loops, expected exceptions (sandbox_shapes)
+    return [ast.unparse(ast.Module(body=part, type_ignores=[])) for part in parts] if parts else None
 
 
 def split_tests(tests: str) -> list[str]:
-    """Split a block of test code into tests: each ends at an `assert`, setup lines join the next one.
+    """Split a block of test code into tests: each ends at an `assert`; setup lines (statements holding no
+    assert) join every later test, since each test runs in a process of its own.
 
     >>> split_tests("x = 2\\nassert x == 2\\nassert x != 3")
-    ['x = 2\\nassert x == 2', 'assert x != 3']
+    ['x = 2\\nassert x == 2', 'x = 2\\nassert x != 3']
     """
     try:
         body = ast.parse(tests).body
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: NUL bytes, surrogates
         return [tests]
     chunks: list[list[ast.stmt]] = [[]]
+    carried: list[ast.stmt] = []
+    start = 0  # where the last chunk's own statements begin
     for node in body:
         chunks[-1].append(node)
         if isinstance(node, ast.Assert):
-            chunks.append([])
-    if not chunks[-1]:
-        chunks.pop()
-    elif len(chunks) > 1:  # trailing statements after the last assert belong to it
-        chunks[-2].extend(chunks.pop())
+            chunks.append(list(carried))
+            start = len(carried)
+        elif len(carried) < 16 and not any(isinstance(n, ast.Assert) for n in ast.walk(node)):
+            carried.append(node)  # bounded (16): 3,000 setup lines x 3,000 asserts would stall the parent
+    own = chunks.pop()[start:]
+    if own and chunks:  # trailing statements after the last assert belong to it
+        chunks[-1].extend(own)
+    elif own:
+        chunks.append(own)
     return [ast.unparse(ast.Module(body=c, type_ignores=[])) for c in chunks if c]
 
 
@@ -264,6 +300,29 @@ def _judge(t: harness.TestPlan | None, o: _Outcome | None, limits: Limits) -> tu
     if len(payload) != len(t.observed()) or not all(isinstance(x, list) and len(x) == 2 for x in payload):
         return False, "malformed report"
     return harness.verdict(t, payload)
+
+
+def _judge_job(t: harness.TestPlan, o: _Outcome) -> tuple | None:
+    """The judge's job for a test with split sides whose process reported its leaves; a report that is
+    not one well-formed value per leaf is replaced by an error here, so it is never read as sides."""
+    if not o.report or o.report[0] != "ok":
+        return None
+    leaves = o.report[1]
+    if not (isinstance(leaves, list) and len(leaves) == len(t.observed_exprs())
+            and all(isinstance(x, list) and len(x) == 2 and x[0] in ("v", "x") for x in leaves)):
+        o.report = ["error", "malformed report"]
+        return None
+    try:
+        return harness.judge_job(t, leaves)
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+        o.report = ["error", f"a value is not plain data ({type(exc).__name__})"]
+        return None
+
+
+def _why(o: _Outcome) -> str:
+    if o.report and o.report[0] != "ok":
+        return str(o.report[1])[:200]
+    return "timed out" if o.timed_out else o.stderr.decode("utf-8", "replace").strip()[-200:] or "no report"
 
 
 def _printable(text: str) -> str:

@@ -21,6 +21,8 @@ and an object that is not plain data (an "AlwaysEqual") has no encoding at all.
 from __future__ import annotations
 
 import ast
+import decimal
+import fractions
 import inspect
 import json
 import operator
@@ -28,8 +30,13 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from rlft.verifiers.sandbox_deps import LEAVES, Deps
+from rlft.verifiers.sandbox_deps import loads as _loads
+from rlft.verifiers.sandbox_deps import stores as _stores
+
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
         ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
+_OP_NODES = {v: k for k, v in _OPS.items()}
 _APPLY = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
           ">=": operator.ge, "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
 _SINGLETONS = (None, True, False, Ellipsis)
@@ -50,45 +57,57 @@ class TestPlan:
     needs_reference: list[int] = field(default_factory=list)  # non-literal sides to try without the code
     names: list[str] = field(default_factory=list)  # setup names the non-literal sides read
     bound: dict[str, Any] = field(default_factory=dict)  # name -> encoded value, computed without the code
+    split: dict[int, tuple[str, list[str]]] = field(default_factory=dict)  # side -> (skeleton, leaves)
+    free_setup: list[str] = field(default_factory=list)  # setup that runs without the code (reference, judge)
+    deps: Any = None  # sandbox_deps.Deps of the setup
+    inputs: dict[str, str] = field(default_factory=dict)  # _rlft_in_K -> code-free source in an observed side
 
     def observed(self) -> list[int]:
         return [i for i in range(len(self.sides)) if i not in self.known]
 
+    def observed_exprs(self) -> list[str]:
+        """What the solution's process evaluates: each observed side, or the leaves of a split one (an input
+        that did not evaluate without the code is put back as its source)."""
+        exprs = [e for i in self.observed() for e in (self.split[i][1] if i in self.split else [self.sides[i]])]
+        for name, src in sorted(self.inputs.items(), key=lambda kv: -len(kv[0])):  # _rlft_in_10 before _1
+            if name not in self.bound:
+                exprs = [e.replace(name, f"({src})") for e in exprs]
+        return exprs
+
+    def _observed_reads(self) -> set[str]:
+        return set().union(*(_loads(ast.parse(e, mode="eval")) for e in self.observed_exprs()))
+
     def solution_bind(self) -> dict[str, Any]:
         """The values (computed without the code) of the setup names the observed sides read; only those,
         so an expected value set up by name (`want = [1, 2]`) is never sent."""
-        read = set().union(*(_loads(ast.parse(self.sides[i], mode="eval")) for i in self.observed()))
+        read = self._observed_reads()
         return {n: v for n, v in self.bound.items() if n in read}
 
     def solution_setup(self) -> str:
         """The setup statements the observed sides still need: a backward slice on assigned names, less the
-        names sent as values (`bound`); statements that assign nothing (`random.seed(0)`) are kept."""
+        names sent as values (`bound`); statements that assign nothing (`random.seed(0)`) are kept unless
+        they run without the code and read what only an expected side needs (`print(want)` would hand it
+        to a patched `print`)."""
         if self.opaque:
             return self.source
-        needed = set().union(*(_loads(ast.parse(self.sides[i], mode="eval")) for i in self.observed()))
+        needed = self._observed_reads()
+        expected_only: set[str] = set()
+        if self.deps is not None:
+            known_reads = set().union(*(_loads(ast.parse(self.sides[i], mode="eval")) for i in self.known
+                                        if i < len(self.sides)))
+            expected_only = self.deps.feeding(known_reads) - self.deps.feeding(needed)
         needed -= set(self.bound)
         keep: list[str] = []
         for src in reversed(self.setup):
             node = ast.parse(src)
             stores = _stores(node)
-            if stores & needed or not stores:
+            if not stores and expected_only and not self.deps.needs_code(node) \
+                    and self.deps.feeding(_loads(node) & self.deps.stored) & expected_only:
+                continue
+            if stores & needed or not stores or "*" in stores:  # an unknown star import: keep it
                 keep.append(src)
                 needed = (needed - stores) | _loads(node) if stores else needed | _loads(node)
         return "\n".join(reversed(keep))
-
-
-def _loads(tree: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-
-
-def _stores(tree: ast.AST) -> set[str]:
-    out = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
-    for n in ast.walk(tree):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(n.name)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            out |= {(a.asname or a.name).split(".")[0] for a in n.names}
-    return out
 
 
 def plan(test: str) -> TestPlan:
@@ -107,29 +126,84 @@ def plan(test: str) -> TestPlan:
         sides, ops = [cond.left, *cond.comparators], [_OPS[type(op)] for op in cond.ops]
     else:
         sides, ops = [cond], ["truth"]
-    p = TestPlan(test, False, [ast.unparse(s) for s in body[:-1]], [ast.unparse(s) for s in sides], ops, negate)
+    setup = [ast.unparse(part) for s in body[:-1] for part in _unpack(s)]
+    p = TestPlan(test, False, setup, [ast.unparse(s) for s in sides], ops, negate)
     for i, side in enumerate(p.sides):
         try:
             p.known[i] = ast.literal_eval(side)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             pass
-    if not p.known:  # no literal side: try each side without the code (one more process per test)
-        p.needs_reference = list(range(len(p.sides)))
-    stored = set().union(*(_stores(ast.parse(src)) for src in p.setup))
+    p.deps = deps = Deps(p.setup)
+    trees = [ast.parse(side, mode="eval") for side in p.sides]
+    if not p.known:  # no literal side: try each code-free side without the code (one more process per test)
+        p.needs_reference = [i for i, tree in enumerate(trees) if not deps.needs_code(tree)]
+    for i, tree in enumerate(trees):
+        if i not in p.known and deps.needs_code(tree) and (cut := deps.split(p.sides[i], i)):
+            p.split[i] = cut
+    for i, tree in enumerate(trees):  # the code gets `case['in']`'s value, never `case` (which may hold more)
+        if i in p.split:
+            p.split[i] = (p.split[i][0], [deps.inputs(leaf, p.inputs) for leaf in p.split[i][1]])
+        elif i not in p.known and deps.needs_code(tree):
+            p.sides[i] = deps.inputs(p.sides[i], p.inputs)
+    skeletons = [ast.parse(cut[0], mode="eval") for cut in p.split.values()]
+    inputs = [ast.parse(src, mode="eval") for src in p.inputs.values()]
+    p.free_setup = deps.code_free_setup([*trees, *skeletons, *inputs])
     read = set().union(*(_loads(ast.parse(p.sides[i], mode="eval")) for i in range(len(p.sides)) if i not in p.known))
-    p.names = sorted(read & stored)  # sent as values when they evaluate without the code
+    read |= set().union(*(_loads(ast.parse(e, mode="eval")) for cut in p.split.values() for e in cut[1]))
+    p.names = sorted((read & deps.stored) - deps.dep)  # sent as values when they evaluate without the code
     return p
+
+
+def _unpack(s: ast.stmt) -> list[ast.stmt]:
+    """`r, want = f(2), 4` as `r = f(2)` and `want = 4`, so the expected value stays code-free (only when no
+    item reads a target: `a, b = b, a` stays)."""
+    if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], (ast.Tuple, ast.List))
+            and isinstance(s.value, (ast.Tuple, ast.List)) and len(s.targets[0].elts) == len(s.value.elts)
+            and all(isinstance(t, ast.Name) for t in s.targets[0].elts)
+            and not any(isinstance(v, ast.Starred) for v in s.value.elts)):
+        return [s]
+    names = {t.id for t in s.targets[0].elts}
+    if len(names) != len(s.targets[0].elts) or any(_loads(v) & names for v in s.value.elts):
+        return [s]
+    return [ast.Assign([t], v, lineno=0) for t, v in zip(s.targets[0].elts, s.value.elts)]
 
 
 def reference_job(p: TestPlan) -> tuple[str, list[str]] | None:
     """(setup, expressions) to evaluate without the code, or None when nothing needs it."""
-    exprs = [p.sides[i] for i in p.needs_reference] + p.names
-    return ("\n".join(p.setup), exprs) if exprs else None
+    exprs = [p.sides[i] for i in p.needs_reference] + p.names + list(p.inputs.values())
+    return ("\n".join(p.free_setup), exprs) if exprs else None
+
+
+def judge_job(p: TestPlan, leaves: list) -> tuple[str, list[str], dict] | None:
+    """(setup, skeletons, bind) that evaluates the split sides without the code from the leaves' values
+    (checked as plain data here first), or None when the test has no split side."""
+    if not p.split:
+        return None
+    for item in leaves:
+        if item[0] == "v":
+            decode(item[1])  # bounded depth and hash collisions, before another process builds it
+    keys = [(i, k) for i in p.observed() for k in range(len(p.split[i][1]) if i in p.split else 1)]
+    table = ["d", [[["t", [["i", f"{i:x}"], ["i", f"{k:x}"]]], item[1]] for (i, k), item in zip(keys, leaves)
+                   if item[0] == "v" and i in p.split]]
+    return "\n".join(p.free_setup), [p.split[i][0] for i in sorted(p.split)], {LEAVES: table}
+
+
+def merge(p: TestPlan, leaves: list, judged: list) -> list:
+    """One observation per observed side: a leaf's own value, or the judge's value of a split side."""
+    out, it, jt = [], iter(leaves), iter(judged)
+    for i in p.observed():
+        if i in p.split:
+            raised = [x for x in [next(it) for _ in p.split[i][1]] if x[0] != "v"]
+            value = next(jt, ["x", "no value from the judge"])
+            out.append(raised[0] if value[0] != "v" and raised else value)  # the code's own error, if any
+        else:
+            out.append(next(it))
+    return out
 
 
 def settle(p: TestPlan, reference: list | None) -> TestPlan:
     """Take the reference values that evaluated; a test left with no expected side becomes opaque."""
-    keys = [*p.needs_reference, *p.names]
+    keys = [*p.needs_reference, *p.names, *p.inputs]
     for key, item in zip(keys, reference or []):
         if not (isinstance(item, list) and len(item) == 2 and item[0] == "v"):
             continue
@@ -141,9 +215,23 @@ def settle(p: TestPlan, reference: list | None) -> TestPlan:
             p.known[key] = value
         else:
             p.bound[key] = item[1]
-    if not p.opaque and not p.known and p.ops != ["truth"]:
+    if not p.opaque and p.ops != ["truth"] and any(i not in p.known for i in p.needs_reference):
+        _judge_whole(p)  # a code-free side with no plain value (`Fraction(1, 3)`, `int`): a judge compares
+    if not p.opaque and not p.known and p.ops != ["truth"] and not p.split:
         p.opaque = True  # every side needs the code: nothing to hold back (a bare `assert E` stays observed)
     return p
+
+
+def _judge_whole(p: TestPlan) -> None:
+    """Make the whole condition one split side: the code reports the sides that need it, a judge applies
+    the comparison to them and the code-free sides."""
+    condition = ast.unparse(ast.Compare(ast.parse(p.sides[0], mode="eval").body,
+                                        [_OP_NODES[op]() for op in p.ops],
+                                        [ast.parse(s, mode="eval").body for s in p.sides[1:]]))
+    cut = p.deps.split(condition, 0)
+    if cut:
+        p.sides, p.ops, p.split, p.needs_reference, p.known = [condition], ["truth"], {0: cut}, [], {}
+        p.free_setup = p.deps.code_free_setup([ast.parse(cut[0], mode="eval")])
 
 
 def verdict(p: TestPlan, observed: list) -> tuple[bool, str]:
@@ -195,6 +283,13 @@ def decode(enc: Any, depth: int = 0) -> Any:
         return str(enc[1])
     if tag == "y":
         return bytes.fromhex(enc[1])
+    if tag == "Q":  # fractions.Fraction: numerator, denominator (> 0) in hex
+        num, den = int(enc[1][0], 16), int(enc[1][1], 16)
+        if den <= 0:
+            raise ValueError("denominator")
+        return fractions.Fraction(num, den)
+    if tag == "D":
+        return decimal.Decimal(str(enc[1])[:1000])
     if tag == "e":
         return Ellipsis
     items = [decode(x, depth + 1) for x in enc[1]] if tag in "ltSF" else None
@@ -271,6 +366,10 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
     containers = ((list, "l", list.__iter__), (tuple, "t", tuple.__iter__), (set, "S", set.__iter__),
                   (frozenset, "F", frozenset.__iter__))
     mro_of = type.__dict__["__mro__"].__get__
+    modules = sys.modules
+    exact = (("fractions", "Fraction", "Q", lambda k, v: [hex_of(k.__dict__["_numerator"].__get__(v), "x"),
+                                                          hex_of(k.__dict__["_denominator"].__get__(v), "x")]),
+             ("decimal", "Decimal", "D", lambda k, v: k.__str__(v)))
     list_, str_ = list, str
 
     def encode(v, depth=0):
@@ -287,6 +386,10 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
         for kind, tag, it in containers:
             if kind in mro:
                 return [tag, [encode(x, depth + 1) for x in list_(it(v))]]
+        for mod, cls, tag, parts in exact:  # only when the code imported them: no import cost otherwise
+            kind = getattr(modules.get(mod), cls, None)
+            if kind is not None and kind in mro:
+                return [tag, parts(kind, v)]
         if dict in mro:
             return ["d", [[encode(k, depth + 1), encode(x, depth + 1)] for k, x in list_(dict.items(v))]]
         raise TypeError(f"{type_(v).__name__} is not plain data")
@@ -339,6 +442,11 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
             return scalar_of[tag](enc[1])
         if tag == "d":
             return {decode(k): decode(v) for k, v in enc[1]}
+        if tag == "Q" or tag == "D":
+            import decimal
+            import fractions
+            return (fractions.Fraction(int(enc[1][0], 16), int(enc[1][1], 16)) if tag == "Q"
+                    else decimal.Decimal(enc[1]))
         return builders[tag](decode(x) for x in enc[1])
 
     scope = sys.modules["__main__"].__dict__  # the code's functions pickle (multiprocessing) as __main__.f
