@@ -9,7 +9,8 @@ Each sandboxed process is `bwrap ... python -I -S -B -c <harness>` with
   writable tmpfs work dir /work (also HOME and TMPDIR) capped at `Limits.disk_mb`, plus a small /dev/shm.
   No /etc, /home, /root (beyond the interpreter's own path), /tmp of the host, site-packages, or rlft;
 - uid/gid 65534 (`nobody`; as root, concurrent processes take 65534 ... 65527, `UID_SLOTS`) with no
-  capabilities (effective, permitted, inheritable, ambient and bounding sets empty) and no_new_privs. As root, bwrap sets up the namespaces without a user namespace and
+  capabilities (effective, permitted, inheritable, ambient and bounding sets empty) and no_new_privs.
+  As root, bwrap sets up the namespaces without a user namespace and
   util-linux's `setpriv` switches to 65534 before the interpreter starts, so 65534 is the real uid on the
   host too (a user namespace would map it back to host root). Not as root, bwrap's `--unshare-user`
   maps the caller's own uid to 65534;
