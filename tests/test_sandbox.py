@@ -36,7 +36,7 @@ def test_process_is_unprivileged_and_alone():
         def pids():
             return sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
         """)
-    tests = ["assert uids() == (65534, 65534, 65534, [])",
+    tests = ["assert uids() in [(u, u, u, []) for u in range(65527, 65535)]",  # a uid of its own per worker
              *(f"assert status({k!r}) == '0000000000000000'" for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")),
              "assert status('NoNewPrivs') == '1'",
              "assert socket.if_nameindex() == [(1, 'lo')]",  # own network namespace

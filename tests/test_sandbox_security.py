@@ -385,3 +385,15 @@ def _marked_processes() -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def test_a_fork_bomb_does_not_starve_other_rows():
+    """RLIMIT_NPROC counts per uid on the host: each concurrent sandbox gets its own uid, so processes held by
+    one row do not make threads fail in the rows running beside it."""
+    bomb = ("import os, time\ndef f():\n    for _ in range(40):\n        try:\n            if os.fork() == 0:\n"
+            "                time.sleep(3)\n                os._exit(0)\n        except OSError:\n            pass\n"
+            "    time.sleep(3)\n    return 0", ["assert f() == 1"])
+    threads = ("import threading\ndef g():\n    out = []\n    t = threading.Thread(target=lambda: out.append(1))\n"
+               "    t.start()\n    t.join()\n    return out", ["import time\ntime.sleep(0.5)\nassert g() == [1]"])
+    results = run_many([bomb, bomb, *[threads] * 6], Limits(cpu_seconds=2, wall_seconds=5.0), workers=8)
+    assert [r.fraction for r in results] == [0.0, 0.0] + [1.0] * 6, results

@@ -377,8 +377,19 @@ def _spawn(chosen: str, limits: Limits, code: str | None, setup: str, exprs: lis
                         time.monotonic() - started)
 
 
+_SLOTS = threading.local()
+_SLOT_COUNT = iter(range(1 << 62))  # next() is atomic under the GIL
+
+
+def _uid() -> int:
+    """This worker thread's own sandbox uid (see `isolation.UID_SLOTS`)."""
+    if not hasattr(_SLOTS, "n"):
+        _SLOTS.n = next(_SLOT_COUNT) % isolation.UID_SLOTS
+    return isolation.SANDBOX_UID - _SLOTS.n
+
+
 def _run_process(chosen: str, limits: Limits, job: bytes, started: float) -> _Outcome:
-    argv, work, env, fds = isolation.command(chosen, limits.disk_mb, harness.child_source())
+    argv, work, env, fds = isolation.command(chosen, limits.disk_mb, harness.child_source(), _uid())
     try:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

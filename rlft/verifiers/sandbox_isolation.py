@@ -8,8 +8,9 @@ Each sandboxed process is `bwrap ... python -I -S -B -c <harness>` with
   (/usr/lib, /lib, ...), /usr/bin/setpriv (root mode), /proc of its own PID namespace, a minimal /dev, and a
   writable tmpfs work dir /work (also HOME and TMPDIR) capped at `Limits.disk_mb`, plus a small /dev/shm.
   No /etc, /home, /root (beyond the interpreter's own path), /tmp of the host, site-packages, or rlft;
-- uid/gid 65534 (`nobody`) with no capabilities (effective, permitted, inheritable, ambient and bounding
-  sets empty) and no_new_privs. As root, bwrap sets up the namespaces without a user namespace and
+- uid/gid 65534 (`nobody`; as root, concurrent processes take 65534 ... 65527, `UID_SLOTS`) with no
+  capabilities (effective, permitted, inheritable, ambient and bounding sets empty) and no_new_privs.
+  As root, bwrap sets up the namespaces without a user namespace and
   util-linux's `setpriv` switches to 65534 before the interpreter starts, so 65534 is the real uid on the
   host too (a user namespace would map it back to host root). Not as root, bwrap's `--unshare-user`
   maps the caller's own uid to 65534;
@@ -42,6 +43,8 @@ from rlft.errors import UserError
 
 ENV_VAR = "RLFT_CODE_ISOLATION"
 SANDBOX_UID = 65534  # nobody
+UID_SLOTS = 8  # as root, concurrent processes run as 65534, 65533, ... 65527: RLIMIT_NPROC counts per uid on the
+# host, so one sandbox's fork bomb must not use up the processes (threads) of the others running beside it
 WORK = "/work"
 INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap)"
 _SYSTEM_LIB_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib")
@@ -142,7 +145,7 @@ def _ancestors(paths: list[str]) -> list[str]:
     return sorted(out, key=lambda d: d.count("/"))
 
 
-def bwrap_argv(disk_mb: int, seccomp_fd: int | None = None) -> list[str]:
+def bwrap_argv(disk_mb: int, seccomp_fd: int | None = None, uid: int = SANDBOX_UID) -> list[str]:
     """The command line up to and including the interpreter and its flags; append `-c SOURCE`."""
     python, binds, hide = _layout()
     argv = [_bwrap() or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
@@ -171,26 +174,27 @@ def bwrap_argv(disk_mb: int, seccomp_fd: int | None = None) -> list[str]:
              "--size", str(1024 * 1024), "--perms", "1777", "--tmpfs", "/dev/shm",  # 1 MB: semaphores, not data
              "--remount-ro", "/", "--chdir", WORK]
     if root:
-        argv += ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
+        argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     else:
         argv[1:1] = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
     return [*argv, python, "-I", "-S", "-B"]
 
 
-def command(chosen: str, disk_mb: int, source: str) -> tuple[list[str], str | None, dict[str, str], tuple[int, ...]]:
+def command(chosen: str, disk_mb: int, source: str,
+            uid: int = SANDBOX_UID) -> tuple[list[str], str | None, dict[str, str], tuple[int, ...]]:
     """(argv, host work dir to remove afterwards or None, environment, fds to pass and then close) for one
     sandboxed process."""
     if chosen == "bwrap":
         program = seccomp_program()
         if program is None:
-            return [*bwrap_argv(disk_mb), "-c", source], None, dict(_ENV), ()
+            return [*bwrap_argv(disk_mb, None, uid), "-c", source], None, dict(_ENV), ()
         read_fd, write_fd = os.pipe()  # bwrap reads the filter from it; 8 bytes an instruction, < 1 KB
         try:
             os.write(write_fd, program)
         finally:
             os.close(write_fd)
-        return [*bwrap_argv(disk_mb, read_fd), "-c", source], None, dict(_ENV), (read_fd,)
+        return [*bwrap_argv(disk_mb, read_fd, uid), "-c", source], None, dict(_ENV), (read_fd,)
     work = os.path.realpath(tempfile.mkdtemp(prefix="rlft-code-"))
     env = {**_ENV, "HOME": work, "TMPDIR": work}
     return [sys.executable, "-I", "-S", "-B", "-c", source], work, env, ()
