@@ -168,10 +168,10 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
         if main:
             report_and_print(out, console)
 
-    record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train))
     interrupt = Interrupt()
     callback = None
-    with record.closing_on_error():
+    with record.closing_on_error():  # from here on, any ending is recorded in summary.json
+        record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train))
         try:
             from rlft.data import PROGRESS_ROWS
 

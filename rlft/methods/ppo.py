@@ -170,18 +170,18 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
         (out / "config.yaml").write_text(cfg.to_yaml())
         write_json(out / "versions.json", versions())
     record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None, write=state.is_main_process)
-    record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train),
-                  memory_estimate_gb=round(memory["total_gb"], 4) if memory else None)
-    # held-out rows: data.eval (scored by the run's verifiers, else watch.holdout_verifier), else watch.holdout
-    heldout_rows, scorer = [r.data for r in eval_rows], None
-    if heldout_rows:
-        scorer = load_verifiers(check_specs)[0]
-    elif watch.holdout is not None:
-        heldout_rows, scorer = watch.holdout.rows, watch.holdout.scorer
-    budget = cfg.ppo.heldout_max_new_tokens or cfg.ppo.response_length
-    if watch.holdout is None and heldout_rows and cfg.train.eval_steps:
-        watch.holdout = Holdout(heldout_rows, scorer, check_specs[0], int(cfg.train.eval_steps), budget)
-    with record.closing_on_error():
+    with record.closing_on_error():  # from here on, any ending is recorded in summary.json
+        record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train),
+                      memory_estimate_gb=round(memory["total_gb"], 4) if memory else None)
+        # held-out rows: data.eval (scored by the run's verifiers, else watch.holdout_verifier), else watch.holdout
+        heldout_rows, scorer = [r.data for r in eval_rows], None
+        if heldout_rows:
+            scorer = load_verifiers(check_specs)[0]
+        elif watch.holdout is not None:
+            heldout_rows, scorer = watch.holdout.rows, watch.holdout.scorer
+        budget = cfg.ppo.heldout_max_new_tokens or cfg.ppo.response_length
+        if watch.holdout is None and heldout_rows and cfg.train.eval_steps:
+            watch.holdout = Holdout(heldout_rows, scorer, check_specs[0], int(cfg.train.eval_steps), budget)
         return _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budget, watch, console)
 
 
