@@ -347,9 +347,11 @@ def test_every_alarm_has_name_message_and_fix_on_one_line():
         hacking_history([2.0, 2.2, 2.4, 2.6, 2.8, 3.0], [0.38, 0.02]),
         length_history([40, 50, 60, 80, 90, 100], [0.4, 0.4]),
     ]
+    drift = logs({"logps/chosen": [-3, -3.5, -4, -4.5, -5], "rewards/margins": [0, 0.5, 1, 1.5, 2]})
+    per_method = [(drift, "kto"), (logs({"loss": [0.5, 0.3, 0.2, 0.4, 0.5, 0.6]}), "distill")]
     names = set()
-    for h in histories:
-        for a in check(h):
+    for h, method in [(h, None) for h in histories] + per_method:
+        for a in check(h, Thresholds(method=method)):
             names.add(a.name)
             assert a.message and a.fix and "\n" not in a.message + a.fix
             assert a.as_dict()["evidence"] == a.evidence
@@ -359,6 +361,8 @@ def test_every_alarm_has_name_message_and_fix_on_one_line():
 def test_thresholds_from_watch_and_schema_defaults_agree():
     watch = SCHEMA["watch"]
     for f in dataclasses.fields(Thresholds):
+        if f.name == "method":  # the run's method, not a watch setting
+            continue
         assert f.name in watch, f"watch.{f.name} missing from the config schema"
         default = watch[f.name].default
         assert (tuple(default) if isinstance(default, list) else default) == f.default, f.name

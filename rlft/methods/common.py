@@ -65,6 +65,12 @@ def hardware_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def clamp_max_length(cfg_value: int, model) -> int:
+    """A max_length no longer than the model's context (max_position_embeddings)."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    return min(cfg_value, limit) if limit else cfg_value
+
+
 def build_trl_config(cfg: RunConfig, config_cls, out: Path, has_eval: bool, **overrides: Any):
     """TRL config for a method: rlft's `train` + method section, hardware defaults, our logging choices."""
     kwargs = hardware_defaults(trl_kwargs(cfg, cfg.method))
