@@ -486,7 +486,7 @@ def _extra_needs(s: Signal, r: Recommendation) -> list[str]:
     if r.method == "dpo" and s.kind == "ratings":
         out.append("pairs built from the ratings: per prompt the highest-rated reply as chosen and the lowest as "
                    "rejected (the first command below writes them)")
-    if r.method == "grpo" and not s.verifier:
+    if r.method in ("grpo", "rloo") and not s.verifier:
         names = ", ".join(verifier_registry()) or "see rlft.verifiers"
         out.append(f"a registered verifier for --verifier ({names})")
     return out
