@@ -126,7 +126,7 @@ model = AutoModelForCausalLM.from_pretrained(model_dir)
 rows = [json.loads(line) for line in open(data) if line.strip()]
 random.Random(42).shuffle(rows)
 args = KTOConfig(output_dir=out, learning_rate=0.0001, max_steps=steps, per_device_train_batch_size=32,
-    logging_steps=10, save_steps=500, beta=0.1, desirable_weight=1.0, undesirable_weight=1.0, max_length=32,
+    logging_steps=10, save_steps=500, beta=0.1, desirable_weight=1.33, undesirable_weight=1.0, max_length=32,
     {COMMON_ARGS})
 trainer = KTOTrainer(model=model, args=args, processing_class=tok, train_dataset=Dataset.from_list(rows))
 result = trainer.train()
@@ -342,7 +342,7 @@ def main() -> int:
                                        "--prompts", "data/arith/grpo_prompts.jsonl", "--no-preflight",
                                        "--set", "data.eval=null"], base, "data/arith/grpo_prompts.jsonl"),
             "kto": (args.kto_steps, ["kto", "--recipe", "recipes/kto_tiny.yaml", "--model", str(base),
-                                     "--feedback", "data/arith/thumbs_train.jsonl", "--set", "train.save_steps=500"],
+                                     "--feedback", "data/arith/thumbs_train.jsonl"],
                     base, "data/arith/thumbs_train.jsonl"),
             "rloo": (args.rloo_steps, ["rloo", "--recipe", "recipes/rloo_math_tiny.yaml", "--model", str(base),
                                        "--prompts", "data/arith/grpo_prompts.jsonl", "--no-preflight",
