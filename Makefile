@@ -1,5 +1,6 @@
 # rlft: one venv, one test command, pipelines over shipped data.
-#   make demo        build the tiny model; SFT, then DPO, GRPO and reward model + PPO; evaluate each stage
+#   make demo        build the tiny model; SFT, then DPO, KTO, GRPO, RLOO, reward model + PPO and distillation
+#                    from a fully SFT'd teacher; evaluate each stage
 #   make test        the fast suite (what CI runs)
 #   make test-slow   the end-to-end suite (minutes)
 #   make mutate      mutation testing of the core modules (mutmut; slow: ~N min on 2 cores, see BENCHMARKS.md)
@@ -22,6 +23,8 @@ SFT_DATA ?= $(DATA)/sft_train.jsonl
 PAIRS ?= $(DATA)/pairs_train.jsonl
 PAIRS_EVAL ?= $(DATA)/pairs_eval.jsonl
 PROMPTS ?= $(DATA)/grpo_prompts.jsonl
+THUMBS ?= $(DATA)/thumbs_train.jsonl
+TEACHER_RECIPE ?= recipes/sft_tiny.yaml
 HELDOUT ?= $(DATA)/test.jsonl
 SFT_RECIPE ?= recipes/sft_tiny_short.yaml
 # Per-stage recipes (default: the tiny ones), e.g. RECIPES="grpo=recipes/grpo_qwen0.5b_lora.yaml"
@@ -33,7 +36,7 @@ PIPE = $(BIN)/python -m rlft.pipeline
 PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
 .PHONY: install install-real test test-slow test-real lint bench bench-real mutate demo demo-real pipeline-dpo pipeline-grpo \
-	pipeline-rlhf clean
+	pipeline-rlhf pipeline-kto pipeline-distill clean
 
 install: $(VENV)/.installed
 
@@ -105,6 +108,15 @@ pipeline-grpo: install
 pipeline-rlhf: install
 	$(PIPE) rlhf --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --pairs $(PAIRS) \
 		--pairs-eval $(PAIRS_EVAL) --prompts $(PROMPTS) --heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
+
+pipeline-kto: install
+	$(PIPE) kto --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --thumbs $(THUMBS) \
+		--heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
+
+# The teacher is the same model after the full SFT (TEACHER_RECIPE); the student after the short one.
+pipeline-distill: install
+	$(PIPE) distill --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) \
+		--teacher-recipe $(TEACHER_RECIPE) --prompts $(PROMPTS) --heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
 
 # The main job: offline, tiny model, shipped data, all three pipelines, one table.
 demo: install

@@ -25,15 +25,18 @@ from rlft.commands import (
     chat,
     choose,
     data,
+    distill,
     dpo,
     export,
     grpo,
     init_model,
+    kto,
     merge,
     ppo,
     preflight,
     report,
     reward,
+    rloo,
     sft,
     verify,
 )
@@ -45,7 +48,7 @@ from rlft.errors import Terminated, UserError
 
 app = typer.Typer(
     name="rlft",
-    help="Fine-tune LLMs with SFT, DPO, GRPO or reward model + PPO, on Hugging Face TRL.",
+    help="Fine-tune LLMs with SFT, DPO, KTO, GRPO, RLOO, reward model + PPO or distillation, on Hugging Face TRL.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -64,7 +67,8 @@ def _root(
 # ----------------------------------------------------------------------------- commands
 # (name on the command line, function): training first, then inspection and tooling.
 COMMANDS = (
-    ("sft", sft.sft), ("dpo", dpo.dpo), ("reward", reward.reward), ("grpo", grpo.grpo), ("ppo", ppo.ppo),
+    ("sft", sft.sft), ("dpo", dpo.dpo), ("kto", kto.kto), ("reward", reward.reward), ("grpo", grpo.grpo),
+    ("rloo", rloo.rloo), ("ppo", ppo.ppo), ("distill", distill.distill),
     ("eval", eval_cmd.eval_), ("preflight", preflight.preflight_), ("choose", choose.choose),
     ("verify", verify.verify), ("report", report.report), ("init-model", init_model.init_model),
     ("merge", merge.merge), ("export", export.export), ("chat", chat.chat),

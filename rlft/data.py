@@ -8,7 +8,9 @@ from 1). Validation reports every bad row at once, before any model loads and be
 Row shapes (canonical column names; `data.fields` renames a file's columns to these):
   sft          prompt + completion (strings or message lists), or messages (a chat with an assistant turn)
   preference   prompt + chosen + rejected (strings or message lists)
-  verifiable   prompt + gold fields (answer, label, ...), used by eval, GRPO, PPO
+  verifiable   prompt + gold fields (answer, label, ...), used by eval, GRPO, PPO, RLOO
+  thumbs       prompt + completion (strings or message lists) + label true/false (KTO)
+  prompts      prompt only (distillation: the student writes the completions)
 """
 
 from __future__ import annotations
@@ -377,7 +379,34 @@ def validate_verifiable(rows: list[Row], gold_fields: tuple[str, ...] = ("answer
         raise DataError(problems, f"rows need prompt and {', '.join(gold_fields)}")
 
 
-VALIDATORS = {"sft": validate_sft, "preference": validate_preference,
+def validate_thumbs(rows: list[Row]) -> None:
+    """prompt + completion + a boolean label per row (file:line errors); both labels must occur."""
+    from rlft.thumbs import label_problem, label_value
+
+    problems = []
+    for r in rows:
+        for key in ("prompt", "completion"):
+            if why := _text_problem(r.data.get(key)):
+                problems.append(row_problem(r.source, r.line, key, why))
+        if why := label_problem(r.data.get("label")):
+            problems.append(row_problem(r.source, r.line, "label", why))
+    labels = {label_value(r.data.get("label")) for r in rows}
+    if not problems and len(labels) == 1:
+        problems.append(row_problem(rows[0].source, None, "label", f"every label is {labels.pop()}: KTO needs "
+                                    "both desirable (true) and undesirable (false) completions"))
+    if problems:
+        raise DataError(problems, _FIXES["thumbs"])
+
+
+def validate_prompts(rows: list[Row]) -> None:
+    problems = [row_problem(r.source, r.line, "prompt", why) for r in rows
+                if (why := _text_problem(r.data.get("prompt")))]
+    if problems:
+        raise DataError(problems, _FIXES["prompts"])
+
+
+VALIDATORS = {"sft": validate_sft, "preference": validate_preference, "thumbs": validate_thumbs,
+              "prompts": validate_prompts,
               # gold fields depend on the verifier: the method checks them (rlft.verifiers.loading.validate_gold)
               "verifiable": lambda rows: _validate_columns(rows)}
 
@@ -425,6 +454,8 @@ _FIXES = {
     "sft": "SFT rows need prompt + completion, or messages with an assistant turn",
     "preference": "preference rows need prompt, chosen and rejected, with chosen != rejected",
     "verifiable": "rows need prompt and the gold fields",
+    "thumbs": "thumbs rows need prompt, completion and label (JSON true or false)",
+    "prompts": "rows need a prompt (a string or a list of messages)",
 }
 
 

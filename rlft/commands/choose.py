@@ -1,4 +1,4 @@
-"""`rlft choose`: recommend SFT, DPO, GRPO or reward model + PPO from the signal the user really has.
+"""`rlft choose`: recommend SFT, DPO, KTO, GRPO, RLOO, reward model + PPO or distillation from the signal.
 
 Three ways in: flags (`--signal pairs --rows 2000`), data (`--data FILE`, read and linted, the signal
 inferred from the rows), or, with neither, questions on a terminal (without one it prints what it needs
@@ -27,6 +27,8 @@ class SignalKind(str, Enum):
     verifier = "verifier"
     ratings = "ratings"
     taste = "taste"
+    thumbs = "thumbs"
+    teacher = "teacher"
 
 
 class Budget(str, Enum):
@@ -41,13 +43,15 @@ SIGNAL_HELP = {
     "verifier": "a program that checks answers (math, labels, JSON, unit tests)",
     "ratings": "a score (e.g. 1-5) per answer",
     "taste": "human judgement of quality that fixed pairs cannot cover",
+    "thumbs": "thumbs up/down (true/false) on single answers, unpaired",
+    "teacher": "a stronger model with the same tokenizer that you can run",
 }
 
 NEEDS_TEXT = (
     "rlft choose needs to know what signal you have. Either read it from your data:\n"
     "  rlft choose --data FILE [--data FILE ...]\n"
     "or say it with flags:\n"
-    "  rlft choose --signal demonstrations|pairs|verifier|ratings|taste --rows N "
+    "  rlft choose --signal demonstrations|pairs|verifier|ratings|taste|thumbs|teacher --rows N "
     "[--sft-model/--no-sft-model] [--budget low|medium|high]\n"
     "or run `rlft choose` on a terminal to be asked."
 )
@@ -65,8 +69,9 @@ def _is_terminal() -> bool:
 
 def choose(
     signal: Annotated[Optional[SignalKind], typer.Option(
-        "--signal", "-s", help="What you have: demonstrations, pairs, verifier, ratings, or taste (human "
-        "judgement that pairs cannot cover). With --data, only `taste` may be added.")] = None,
+        "--signal", "-s", help="What you have: demonstrations, pairs, verifier, ratings, taste (human "
+        "judgement that pairs cannot cover), thumbs (true/false labels) or teacher (a stronger model). With "
+        "--data, only `taste` (or `teacher`: the files are its prompts) may be added.")] = None,
     data: Annotated[Optional[list[str]], typer.Option(
         "--data", "-d", help="Data file(s) to read the signal from (.jsonl/.json/.csv). Repeatable.")] = None,
     rows: Annotated[Optional[int], typer.Option(
@@ -95,13 +100,17 @@ def choose(
     json_out: Annotated[bool, typer.Option("--json", help="Print the recommendation as one JSON object.")] = False,
     as_chat: AsChat = False,
 ) -> None:
-    """Recommend SFT, DPO, GRPO or reward model + PPO for your signal, and the exact command to run next."""
+    """Recommend SFT, DPO, KTO, GRPO, RLOO, reward model + PPO or distillation, and the exact next command."""
     from rlft.choose import Signal, get_verifier, infer_signal, preflight, recommend
 
     kind = signal.value if signal else None
     common = {"has_sft_model": sft_model, "budget": budget.value if budget else None, "model": model,
               "format_only": format_only}
-    if data:
+    if data and kind == "teacher":  # the files are the prompts the student will sample on
+        from rlft.data import read_many
+
+        s = Signal(kind="teacher", rows=len(read_many(data)), paths=list(data), **common)
+    elif data:
         s = infer_signal(data, verifier=verifier, **common)
         if kind == "taste":
             if s.kind not in ("pairs", "ratings"):
@@ -172,7 +181,7 @@ def _ask() -> dict:
         typer.echo(f"  {name:<15} {text}", err=True)
     kind = _ask_choice("Signal", list(SIGNAL_HELP))
     what = {"demonstrations": "demonstrations", "pairs": "pairs", "verifier": "prompts", "ratings": "rated replies",
-            "taste": "comparison pairs"}[kind]
+            "taste": "comparison pairs", "thumbs": "labelled answers", "teacher": "prompts"}[kind]
     rows = typer.prompt(f"How many {what} do you have?", type=click.IntRange(min=1))
     answers: dict = {"kind": kind, "rows": rows}
     answers["has_sft_model"] = typer.confirm("Does your model already give usable answers (SFT'd or instruct)?",

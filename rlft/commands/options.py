@@ -56,7 +56,12 @@ def flags_of(**pairs) -> dict:
              "grpo.filter_prompts": "--filter-prompts", "dpo.beta": "--beta", "watch.on_alarm": "--on-alarm",
              "watch.holdout": "--holdout", "watch.holdout_verifier": "--holdout-verifier",
              "grpo.reward_model": "--reward-model", "ppo.verifiers": "--verifier",
-             "ppo.reward_model": "--reward-model", "ppo.max_memory_gb": "--max-memory"}
+             "ppo.reward_model": "--reward-model", "ppo.max_memory_gb": "--max-memory",
+             "kto.beta": "--beta", "kto.desirable_weight": "--desirable-weight",
+             "kto.undesirable_weight": "--undesirable-weight", "rloo.verifiers": "--verifier",
+             "rloo.num_generations": "--num-generations", "rloo.preflight": "--preflight",
+             "rloo.filter_prompts": "--filter-prompts", "rloo.reward_model": "--reward-model",
+             "distill.teacher_model_name_or_path": "--teacher"}
     return {key: (value, names.get(key, key)) for key, value in pairs.items() if value is not None}
 
 
