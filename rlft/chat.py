@@ -11,11 +11,14 @@ Shared by every method and by eval / pre-flight (generation goes through rlft.ev
   completion = that turn), rather than TRL's default of learning the whole chat.
 - `stop_token_ids(tok)`: eos plus the template's end-of-turn token (found by rendering a chat), so generation
   for chat prompts stops at `<|im_end|>` / `<|eot_id|>` even when the tokenizer's eos is another token.
-- `plain_prompt_note(tok, rows)`: the one-line advice when string prompts meet a model with a chat template.
+- `plain_prompt_note(tok, rows)`: the one-line advice when string prompts meet a model with a chat template;
+  `wrap_as_chat(rows)` (`data.as_chat`, `--as-chat`) turns such prompts into user messages.
+- `last_turn_rows(rows)`: chats as prompt = earlier turns, completion = the last assistant turn.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 ASSISTANT_ONLY = "assistant_only"  # template with generation markers (own or TRL's training variant)
@@ -103,3 +106,35 @@ def plain_prompt_note(tok, rows: list[Any], switch: str = "--set data.as_chat=tr
         return None
     return (f"prompts are plain strings but the model has a chat template, so it is not applied; {switch} wraps "
             "each prompt as a user message (and answers as assistant messages)")
+
+
+def wrap_as_chat(rows: list[Any]) -> list[Any]:
+    """`data.as_chat` / `--as-chat`: each plain-string prompt becomes one user message, and the string answers
+    beside it (completion, chosen, rejected) assistant messages, so the model's chat template is applied.
+    Rows whose prompt is already a message list are left as they are."""
+    out = []
+    for r in rows:
+        d = r.data
+        if not isinstance(d.get("prompt"), str):
+            out.append(r)
+            continue
+        new = dict(d, prompt=[{"role": "user", "content": d["prompt"]}])
+        for key in ("completion", "chosen", "rejected"):
+            if isinstance(d.get(key), str):
+                new[key] = [{"role": "assistant", "content": d[key]}]
+        out.append(replace(r, data=new))
+    return out
+
+
+def last_turn_rows(rows: list[Any]) -> list[Any]:
+    """Chats as conversational prompt/completion: prompt = the turns before the last assistant turn,
+    completion = that turn (SFT's completion-only fallback when the template has no training variant)."""
+    out = []
+    for r in rows:
+        msgs = r.data.get("messages")
+        if msgs is None:
+            out.append(r)
+            continue
+        last = max(i for i, m in enumerate(msgs) if m["role"] == "assistant")
+        out.append(replace(r, data={"prompt": msgs[:last], "completion": [msgs[last]]}))
+    return out

@@ -437,6 +437,8 @@ def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], lis
     if data_cfg.max_rows:
         train = train[: data_cfg.max_rows]
     if data_cfg.get("as_chat"):
+        from rlft.chat import wrap_as_chat
+
         train, evals = wrap_as_chat(train), wrap_as_chat(evals)
     if not evals and data_cfg.eval_fraction:
         import random
@@ -457,38 +459,6 @@ _FIXES = {
     "thumbs": "thumbs rows need prompt, completion and label (JSON true or false)",
     "prompts": "rows need a prompt (a string or a list of messages)",
 }
-
-
-def wrap_as_chat(rows: list[Row]) -> list[Row]:
-    """`data.as_chat` / `--as-chat`: each plain-string prompt becomes one user message, and the string answers
-    beside it (completion, chosen, rejected) assistant messages, so the model's chat template is applied.
-    Rows whose prompt is already a message list are left as they are."""
-    out = []
-    for r in rows:
-        d = r.data
-        if not isinstance(d.get("prompt"), str):
-            out.append(r)
-            continue
-        new = dict(d, prompt=[{"role": "user", "content": d["prompt"]}])
-        for key in ("completion", "chosen", "rejected"):
-            if isinstance(d.get(key), str):
-                new[key] = [{"role": "assistant", "content": d[key]}]
-        out.append(Row(r.source, r.line, new))
-    return out
-
-
-def last_turn_rows(rows: list[Row]) -> list[Row]:
-    """Chats as conversational prompt/completion: prompt = the turns before the last assistant turn,
-    completion = that turn (SFT's completion-only fallback when the template has no training variant)."""
-    out = []
-    for r in rows:
-        msgs = r.data.get("messages")
-        if msgs is None:
-            out.append(r)
-            continue
-        last = max(i for i, m in enumerate(msgs) if m["role"] == "assistant")
-        out.append(Row(r.source, r.line, {"prompt": msgs[:last], "completion": [msgs[last]]}))
-    return out
 
 
 def to_dataset(rows: list[Row], columns: tuple[str, ...] | None = None):

@@ -7,8 +7,9 @@ import shutil
 import pytest
 from conftest import DATA, write_jsonl
 
+from rlft.chat import wrap_as_chat
 from rlft.config import resolve
-from rlft.data import Row, wrap_as_chat
+from rlft.data import Row
 
 # SmolLM2-135M-Instruct's template (ChatML + a default system prompt): no {% generation %} markers and no TRL
 # training variant.

@@ -25,7 +25,7 @@ from rlft.commands import choose as choose_cmd
 from rlft.commands.choose import choose
 from rlft.commands.data import data_app
 from rlft.errors import UserError
-from rlft.lint import verifier_registry
+from rlft.rows import verifier_registry
 
 runner = CliRunner()
 
@@ -542,5 +542,7 @@ def test_choose_on_10k_rows_is_fast_and_imports_no_torch(tmp_path):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["heavy"] == []
+    # A guard against a blow-up (e.g. quadratic duplicate checks: minutes on 10k rows), not a speed goal: that is
+    # bench/bench_cli.py's (0.10-0.19 s measured on an idle machine); a loaded CI machine must not fail this.
     for path, seconds in result["times"].items():
-        assert seconds < 0.5, (path, seconds)
+        assert seconds < 5.0, (path, seconds)

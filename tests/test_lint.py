@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from rlft.commands.data import data_app
 from rlft.data import Row, read_rows
-from rlft.lint import detect_kind, has_errors, length_stats, lint_rows, pick_verifier, rating_stats
+from rlft.lint import has_errors, length_stats, lint_rows, rating_stats
+from rlft.rows import detect_kind, pick_verifier
 
 
 @dataclass
@@ -178,7 +179,7 @@ def test_pick_verifier_prefers_the_one_that_parses():
 
 
 def test_shipped_verifiable_files_pick_their_verifier():
-    from rlft.lint import verifier_registry
+    from rlft.rows import verifier_registry
 
     if not verifier_registry():
         pytest.skip("rlft.verifiers.REGISTRY not there yet")
@@ -233,11 +234,12 @@ def test_mixed_shapes_are_an_error():
     assert f.level == "error" and f.lines == [6]
 
 
-def test_lint_is_fast_on_10k_rows():
+def test_lint_does_not_blow_up_on_10k_rows():
+    # a guard against quadratic checks (minutes on 10k rows), not a speed goal: a loaded CI machine must pass
     data = rows_of(pairs(10_000))
     start = time.perf_counter()
     lint_rows(data)
-    assert time.perf_counter() - start < 0.3
+    assert time.perf_counter() - start < 5.0
 
 
 # --------------------------------------------------------------------------- the command

@@ -101,7 +101,8 @@ def choose(
     as_chat: AsChat = False,
 ) -> None:
     """Recommend SFT, DPO, KTO, GRPO, RLOO, reward model + PPO or distillation, and the exact next command."""
-    from rlft.choose import Signal, get_verifier, infer_signal, preflight, recommend
+    from rlft.choose import Signal, recommend
+    from rlft.choose_data import get_verifier, infer_signal, preflight
 
     kind = signal.value if signal else None
     common = {"has_sft_model": sft_model, "budget": budget.value if budget else None, "model": model,
@@ -124,7 +125,7 @@ def choose(
             if not s.verifier:
                 raise UserError("the pre-flight needs a verifier and none was recognised for these rows",
                                 "pass --verifier NAME")
-            from rlft.data import wrap_as_chat
+            from rlft.chat import wrap_as_chat
 
             preflight(s, num_generations=num_generations, max_prompts=max_prompts,
                       rows=wrap_as_chat(s.data_rows) if as_chat else None)
@@ -187,7 +188,7 @@ def _ask() -> dict:
     answers["has_sft_model"] = typer.confirm("Does your model already give usable answers (SFT'd or instruct)?",
                                              default=True)
     if kind == "verifier":
-        from rlft.lint import verifier_registry
+        from rlft.rows import verifier_registry
 
         names = list(verifier_registry())
         if names:

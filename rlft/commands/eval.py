@@ -24,8 +24,9 @@ def eval_(
     as_chat: AsChat = False,
 ) -> None:
     """Greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples)."""
+    from rlft.chat import wrap_as_chat
     from rlft.checks import check_generation, probe_model
-    from rlft.data import read_rows, validate_verifiable, wrap_as_chat
+    from rlft.data import read_rows, validate_verifiable
 
     check_generation(max_new_tokens, temperature, samples=samples, limit=limit)
     rows = read_rows(data, max_rows=limit)

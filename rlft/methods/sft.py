@@ -33,8 +33,8 @@ def sft_columns(rows) -> tuple[str, ...]:
 def build(cfg: RunConfig, out: Path, train_rows, eval_rows):
     from trl import SFTConfig, SFTTrainer
 
-    from rlft.chat import ASSISTANT_ONLY, LAST_TURN, sft_chat_loss
-    from rlft.data import last_turn_rows, to_dataset
+    from rlft.chat import ASSISTANT_ONLY, LAST_TURN, last_turn_rows, sft_chat_loss
+    from rlft.data import to_dataset
     from rlft.models import load_model, load_tokenizer
 
     columns = sft_columns(train_rows + eval_rows)

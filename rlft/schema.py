@@ -1,0 +1,239 @@
+"""The rlft config schema: sections, fields, defaults, constraints, and the TRL config behind each section.
+
+Only data: rlft/config.py reads it to build the defaults layer and to validate recipes, flags and `--set`.
+A new method adds its name to METHODS, its TRL config class to TRL_CONFIGS, and one section to SCHEMA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+METHODS = ("sft", "dpo", "grpo", "reward", "ppo", "kto", "rloo", "distill")
+COMMON_SECTIONS = ("model", "data", "train", "watch")
+# The TRL config class behind each section; fields not in the rlft schema are checked against these.
+TRL_CONFIGS = {
+    "train": ("transformers", "TrainingArguments"),
+    "sft": ("trl", "SFTConfig"),
+    "dpo": ("trl", "DPOConfig"),
+    "grpo": ("trl", "GRPOConfig"),
+    "reward": ("trl", "RewardConfig"),
+    "kto": ("trl", "KTOConfig"),
+    "rloo": ("trl", "RLOOConfig"),
+    "distill": ("trl", "DistillationConfig"),
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One schema field: its kind (for type checks), default, help and constraints."""
+
+    kind: str  # str | int | float | bool | list | dict | str_or_list | any
+    default: Any = None
+    help: str = ""
+    choices: tuple = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    nullable: bool = True
+    rlft_only: bool = False  # read by rlft itself, never passed to the TRL config
+
+
+LORA = {
+    "enabled": Field("bool", False, "train a LoRA adapter instead of all weights"),
+    "r": Field("int", 16, "LoRA rank", minimum=1),
+    "alpha": Field("int", 32, "LoRA alpha (scale = alpha / r)", minimum=1),
+    "dropout": Field("float", 0.05, "LoRA dropout", minimum=0.0, maximum=1.0),
+    "target_modules": Field("str_or_list", "all-linear", "module names, or all-linear"),
+}
+
+SCHEMA: dict[str, dict[str, Any]] = {
+    "model": {
+        "name_or_path": Field("str", "tiny", "folder, hub id, .gguf file, `tiny` or `smollm2`", nullable=False),
+        "dtype": Field("str", "auto", "weights dtype; auto = bf16 on GPUs that have it, else fp32",
+                       choices=("auto", "float32", "bfloat16", "float16")),
+        "revision": Field("str", None, "hub revision (branch, tag or commit)"),
+        "trust_remote_code": Field("bool", False, "allow model code from the hub"),
+        "load_in_4bit": Field("bool", False, "quantise weights to 4-bit NF4 with bitsandbytes (QLoRA)"),
+        "lora": LORA,
+    },
+    "data": {
+        "train": Field("list", [], "training file(s) (.jsonl .json .csv .parquet) or hub dataset name(s)"),
+        "eval": Field("str", None, "held-out file; else eval_fraction of train is held out"),
+        "eval_fraction": Field("float", 0.0, "fraction of train held out when no eval file", minimum=0.0,
+                               maximum=0.5),
+        "fields": Field("dict", {}, "rename columns: {canonical: column}, e.g. {prompt: question}"),
+        "split": Field("str", "train", "split to read from a hub dataset"),
+        "max_rows": Field("int", None, "use at most this many training rows", minimum=1),
+        "as_chat": Field("bool", False, "wrap plain-string prompts as a user message (chat template applied)"),
+    },
+    "train": {
+        "output_dir": Field("str", None, "run folder; default runs/<method>-<time>"),
+        "learning_rate": Field("float", None, "peak learning rate; default: the method's TRL default",
+                               minimum=0.0),
+        "num_train_epochs": Field("float", 1.0, "epochs over the training data", minimum=0.0),
+        "max_steps": Field("int", -1, "stop after this many optimizer steps (-1: use epochs)"),
+        "per_device_train_batch_size": Field("int", 8, "rows per device per step", minimum=1),
+        "gradient_accumulation_steps": Field("int", 1, "micro-batches per optimizer step", minimum=1),
+        "seed": Field("int", 42, "random seed"),
+        "logging_steps": Field("float", 10, "log every N steps", minimum=0),
+        "save_steps": Field("float", 500, "checkpoint every N steps", minimum=0),
+        "eval_steps": Field("float", None, "evaluate every N steps (when eval data exists)", minimum=0),
+        "report_to": Field("str_or_list", "none", "trackers: none, wandb, tensorboard, ..."),
+        "bf16": Field("bool", None, "bf16 mixed precision; default: on where the GPU supports it"),
+        "fp16": Field("bool", None, "fp16 mixed precision; default off"),
+        "gradient_checkpointing": Field("bool", None, "default: on for GPUs, off on CPU (costs 15-20%)"),
+        "save_total_limit": Field("int", 2, "keep at most N checkpoints", minimum=1),
+    },
+    # How a run is watched (rlft.monitor / rlft.alarms): every method has this section.
+    "watch": {
+        "on_alarm": Field("str", "warn", "what an alarm does: warn, or stop (after saving a checkpoint)",
+                          choices=("warn", "stop"), rlft_only=True),
+        "holdout": Field("str", None, "held-out prompts + gold, scored with greedy decoding every "
+                         "holdout_every steps (the reward-hacking check)", rlft_only=True),
+        "holdout_verifier": Field("str", "math", "verifier for the held-out check", rlft_only=True),
+        "holdout_every": Field("int", 50, "steps between held-out checks", minimum=1, rlft_only=True),
+        "holdout_max_rows": Field("int", 100, "held-out rows scored per check", minimum=1, rlft_only=True),
+        "holdout_max_new_tokens": Field("int", 32, "generation budget of the held-out check", minimum=1,
+                                        rlft_only=True),
+        # Alarm thresholds (rlft/alarms.py explains each; the defaults equal its constants).
+        "zero_signal_frac": Field("float", 0.8, "zero-signal alarm: share of GRPO groups with all-equal rewards",
+                                  minimum=0.0, maximum=1.0, rlft_only=True),
+        "zero_signal_logs": Field("int", 3, "zero-signal alarm: logs in a row at or above zero_signal_frac",
+                                  minimum=1, rlft_only=True),
+        "kl_max": Field("float", 1.0, "KL alarm: per-token KL (nats) to the reference", minimum=0.0,
+                        rlft_only=True),
+        "kl_jump": Field("float", 10.0, "KL alarm: jump over the median of the previous logs", minimum=1.0,
+                         rlft_only=True),
+        "entropy_min_ratio": Field("float", 0.1, "entropy alarm: sampling entropy below this share of its "
+                                   "start", minimum=0.0, maximum=1.0, rlft_only=True),
+        "entropy_logs": Field("int", 3, "entropy alarm: logs in a row below entropy_min_ratio", minimum=1,
+                              rlft_only=True),
+        "drift_logs": Field("int", 5, "DPO/KTO drift alarm: logs in the window", minimum=2, rlft_only=True),
+        "drift_min_drop": Field("float", 1.0, "DPO/KTO drift alarm: fall of the chosen log-prob (nats)",
+                                minimum=0.0, rlft_only=True),
+        "hacking_min_rise": Field("float", 0.4, "reward-hacking alarm: reward rise, in starting reward_std",
+                                  minimum=0.0, rlft_only=True),
+        "hacking_max_heldout_gain": Field("float", 0.02, "hacking alarms: held-out gain that still counts as "
+                                          "flat", rlft_only=True),
+        "hacking_heldout_drop": Field("float", 0.1, "reward-hacking alarm: held-out fall that lowers the "
+                                      "needed reward rise to a quarter", minimum=0.0, rlft_only=True),
+        "length_max_ratio": Field("float", 1.5, "length alarm: growth of the mean completion length",
+                                  minimum=1.0, rlft_only=True),
+        "repetition_min_rise": Field("float", 0.2, "length alarm: rise of the completions' repetition",
+                                     minimum=0.0, maximum=1.0, rlft_only=True),
+        "diverge_ratio": Field("float", 1.5, "distill diverging alarm: loss above this multiple of its best",
+                               minimum=1.0, rlft_only=True),
+        "diverge_logs": Field("int", 3, "distill diverging alarm: logs in a row above diverge_ratio", minimum=1,
+                              rlft_only=True),
+        "ignore": Field("list", [], "alarm names to switch off (nan_loss, zero_signal, kl_blowup, "
+                        "entropy_collapse, dpo_drift, kto_drift, distill_diverging, reward_hacking, "
+                        "length_hacking)", rlft_only=True),
+        "samples": Field("int", 3, "prompts shown (best and worst completion) at each save/eval", minimum=0,
+                         rlft_only=True),
+    },
+    "sft": {
+        "max_length": Field("int", 1024, "truncate sequences to this many tokens", minimum=1),
+    },
+    "dpo": {
+        "beta": Field("float", 0.1, "KL strength; the DPO paper's 0.1", minimum=0.0),
+        "loss_type": Field("str_or_list", "sigmoid", "sigmoid (DPO), ipo, hinge, ..."),
+        "max_length": Field("int", 1024, "truncate prompt+answer to this many tokens", minimum=1),
+    },
+    "grpo": {
+        "verifiers": Field("list", ["math"], "verifier specs: NAME, NAME:WEIGHT, file.py:function",
+                           rlft_only=True),
+        "reward_model": Field("str", None, "a reward model folder (rlft reward) scored as one more reward",
+                              rlft_only=True),
+        "num_generations": Field("int", 8, "completions per prompt (the group size G)", minimum=2),
+        "max_completion_length": Field("int", 256, "generation budget per completion", minimum=1),
+        "temperature": Field("float", 1.0, "sampling temperature for rollouts", minimum=0.0),
+        "beta": Field("float", 0.0, "KL coefficient against the reference (TRL's default 0: no reference)",
+                      minimum=0.0),
+        "preflight": Field("bool", True, "probe the model before training; refuse when it cannot learn",
+                           rlft_only=True),
+        "preflight_prompts": Field("int", 32, "prompts sampled by the pre-flight", minimum=1, rlft_only=True),
+        "min_mixed_fraction": Field("float", 0.1, "pre-flight refuses below this share of mixed groups",
+                                    minimum=0.0, maximum=1.0, rlft_only=True),
+        "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
+                                rlft_only=True),
+        "heldout_max_new_tokens": Field("int", None, "generation budget for held-out evaluation "
+                                        "(default: max_completion_length)", minimum=1, rlft_only=True),
+    },
+    "reward": {
+        "max_length": Field("int", 1024, "drop pairs longer than this many tokens", minimum=1),
+    },
+    # KTO (rlft/methods/kto.py): TRL's defaults; train.per_device_train_batch_size must be > 1 (the KL estimate)
+    "kto": {
+        "beta": Field("float", 0.1, "KL strength (TRL's and the KTO paper's 0.1)", minimum=0.0),
+        "desirable_weight": Field("float", 1.0, "weight of label-true losses (raise when true rows are rare)",
+                                  minimum=0.0),
+        "undesirable_weight": Field("float", 1.0, "weight of label-false losses", minimum=0.0),
+        "loss_type": Field("str", "kto", "kto, or apo_zero_unpaired", choices=("kto", "apo_zero_unpaired")),
+        "max_length": Field("int", 1024, "truncate prompt+completion to this many tokens", minimum=1),
+    },
+    # RLOO (rlft/methods/rloo.py): GRPO's verifier, gold and pre-flight options; beta 0 (TRL's is 0.05: no reference)
+    "rloo": {
+        "verifiers": Field("list", ["math"], "verifier specs: NAME, NAME:WEIGHT, file.py:function",
+                           rlft_only=True),
+        "reward_model": Field("str", None, "a reward model folder (rlft reward) as one more reward", rlft_only=True),
+        "num_generations": Field("int", 4, "completions per prompt (k); the baseline is the other k-1", minimum=2),
+        "max_completion_length": Field("int", 256, "generation budget per completion", minimum=1),
+        "temperature": Field("float", 1.0, "sampling temperature for rollouts", minimum=0.0),
+        "beta": Field("float", 0.0, "KL coefficient against the reference (rlft 0: no reference copy)",
+                      minimum=0.0),
+        "preflight": Field("bool", True, "probe the model before training; refuse when it cannot learn",
+                           rlft_only=True),
+        "preflight_prompts": Field("int", 32, "prompts sampled by the pre-flight", minimum=1, rlft_only=True),
+        "min_mixed_fraction": Field("float", 0.1, "pre-flight refuses below this share of mixed groups",
+                                    minimum=0.0, maximum=1.0, rlft_only=True),
+        "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
+                                rlft_only=True),
+        "heldout_max_new_tokens": Field("int", None, "held-out generation budget (default: max_completion_length)",
+                                        minimum=1, rlft_only=True),
+    },
+    # On-policy distillation (rlft/methods/distill.py): the student samples, the teacher scores every token
+    "distill": {
+        "teacher_model_name_or_path": Field("str", None, "teacher: folder, hub id or `tiny` (the student's "
+                                            "tokenizer; --teacher)"),
+        "beta": Field("float", 1.0, "divergence: 0 forward KL, 0.5 JSD, 1 reverse KL (TRL's default)",
+                      minimum=0.0, maximum=1.0),
+        "temperature": Field("float", 1.0, "sampling and loss temperature", minimum=0.0),
+        "max_completion_length": Field("int", 512, "generation budget per completion", minimum=1),
+        "heldout_verifier": Field("str", "math", "verifier scoring data.eval after training", rlft_only=True),
+        "heldout_max_new_tokens": Field("int", None, "held-out generation budget (default: max_completion_length)",
+                                        minimum=1, rlft_only=True),
+    },
+    # rlft's own PPO (rlft/methods/ppo.py): no TRL config behind it, so every field is listed here. Names and
+    # defaults follow the old TRL PPOConfig where it had the knob; the batch is train.per_device_train_batch_size
+    # prompts per process, one response each.
+    "ppo": {
+        "verifiers": Field("list", [], "reward: verifier specs (NAME, NAME:WEIGHT, file.py:function)"),
+        "reward_model": Field("str", None, "reward: a reward model folder (rlft reward); summed with verifiers"),
+        "kl_coef": Field("float", 0.05, "beta of the per-token KL penalty: R' = R - beta * log(pi/pi_ref)",
+                         minimum=0.0),
+        "kl_estimator": Field("str", "k1", "per-token KL estimate: k1 = log(pi/pi_ref), k3 = r - 1 - log r",
+                              choices=("k1", "k3")),
+        "cliprange": Field("float", 0.2, "policy ratio clip: ratio kept in [1 - c, 1 + c] (the PPO paper's 0.2)",
+                           minimum=0.0),
+        "cliprange_value": Field("float", 0.2, "value clip: new values kept within +- c of the rollout's",
+                                 minimum=0.0),
+        "vf_coef": Field("float", 0.1, "weight of the value loss in the total loss", minimum=0.0),
+        "gamma": Field("float", 1.0, "discount per token (1.0: no discount within a response)", minimum=0.0,
+                       maximum=1.0),
+        "lam": Field("float", 0.95, "GAE lambda (bias/variance trade-off of the advantages)", minimum=0.0,
+                     maximum=1.0),
+        "num_ppo_epochs": Field("int", 4, "passes over each rollout batch", minimum=1),
+        "num_mini_batches": Field("int", 1, "minibatches (optimizer steps) per pass", minimum=1),
+        "response_length": Field("int", 64, "generation budget per response (tokens)", minimum=1),
+        "temperature": Field("float", 1.0, "sampling temperature of the rollouts (> 0)", minimum=0.0),
+        "missing_eos_penalty": Field("float", 1.0, "subtracted from the score of a response that never emits "
+                                     "eos (0: no penalty)"),
+        "whiten_rewards": Field("bool", False, "rescale per-token rewards to unit variance before GAE"),
+        "forward_batch_size": Field("int", 64, "rows per generation / reference / value pass in the rollout",
+                                    minimum=1),
+        "max_memory_gb": Field("float", None, "refuse the run when the 4 networks' estimated memory exceeds "
+                               "this (GB)", minimum=0.0),
+        "heldout_max_new_tokens": Field("int", None, "generation budget of the held-out check (default: "
+                                        "response_length)", minimum=1),
+    },
+}
