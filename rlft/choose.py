@@ -1,4 +1,4 @@
-"""The method recommender: SFT, DPO, GRPO or reward model + PPO, from the signal the user really has.
+"""The method recommender: SFT, DPO, KTO, GRPO, RLOO, reward model + PPO or distillation, from the signal.
 
 Pure and fast: no torch, transformers, trl or datasets here (a test checks it), so `rlft choose --data` on
 10k rows answers in well under half a second. Three parts:
@@ -27,6 +27,12 @@ The rules follow the domain table in the design notes (and the teaching texts be
   ratings, 2+ replies per prompt dpo       on pairs built from them (higher-rated = chosen), from 100 prompts
   no usable model yet            sft       first, then the method above (RL on a model that cannot answer has
                                            nothing to reward)
+  thumbs up/down (one answer,    kto       unpaired binary labels: KTO needs no pairs (rlft/thumbs.py for the
+    a true/false label)                    class weights when one label is rare)
+  verifier, --budget low         rloo      k = 4 samples and a leave-one-out baseline instead of GRPO's G = 8
+                                           and group std: about half the sampling per prompt (RLOO_GROUP)
+  a teacher model (same          distill   on-policy distillation: the teacher scores every token of the
+    tokenizer)                             student's own samples; no labels, no reward
 """
 
 from __future__ import annotations
@@ -51,15 +57,15 @@ from rlft.lint import (
     verifier_registry,
 )
 
-SIGNALS = ("demonstrations", "pairs", "verifier", "ratings", "taste")
+SIGNALS = ("demonstrations", "pairs", "verifier", "ratings", "taste", "thumbs", "teacher")
 BUDGETS = ("low", "medium", "high")
-METHODS = ("sft", "dpo", "grpo", "ppo")
+METHODS = ("sft", "dpo", "grpo", "ppo", "kto", "rloo", "distill")
 # lint's name for a kind of row -> the signal it carries
 KIND_TO_SIGNAL = {"demonstrations": "demonstrations", "pairs": "pairs", "verifiable": "verifier",
-                  "ratings": "ratings"}
+                  "ratings": "ratings", "thumbs": "thumbs"}
 # When files of several kinds are given, the strongest signal leads: a verifier checks correctness without
 # human labels, pairs carry a preference, ratings a noisier one; demonstrations go first as SFT anyway.
-PRIORITY = ("verifier", "pairs", "ratings", "demonstrations")
+PRIORITY = ("verifier", "pairs", "thumbs", "ratings", "demonstrations")
 
 # --- thresholds, with their arithmetic
 PAIRS_USUAL = (1000, 5000)   # "about 1,000 to 5,000 pairs is a usual size" for DPO (the seeds' table)
@@ -69,9 +75,12 @@ MIN_TOP_RATED = 100          # the same floor as demonstrations, for SFT on the 
 MIN_RATED_PAIRS = 100        # ratings make DPO pairs only when 100+ prompts have differently rated replies
 PASS_RATE_HIGH = 0.9         # at p = 0.9 and G = 8, a group is all-correct with probability 0.9^8 = 0.43
 MIXED_MIN = 0.1              # under 10% mixed groups, >90% of GRPO's sampling yields zero advantage
+GRPO_GROUP, RLOO_GROUP = 8, 4  # samples per prompt in the shipped recipes: RLOO's leave-one-out baseline
+                             # needs no group std, so k = 4 works where GRPO's std of G rewards wants 8
 
 RECIPES_TINY = {"sft": "sft_tiny.yaml", "dpo": "dpo_tiny.yaml", "grpo": "grpo_math_tiny.yaml",
-                "reward": "reward_tiny.yaml", "ppo": "ppo_tiny.yaml"}
+                "reward": "reward_tiny.yaml", "ppo": "ppo_tiny.yaml", "kto": "kto_tiny.yaml",
+                "rloo": "rloo_math_tiny.yaml", "distill": "distill_tiny.yaml"}
 RECIPES_REAL = {"sft": "sft_qwen0.5b_lora.yaml", "dpo": "dpo_qwen0.5b_lora.yaml",
                 "grpo": "grpo_qwen0.5b_lora.yaml", "reward": "reward_qwen0.5b_lora.yaml",
                 "ppo": "ppo_qwen0.5b_lora.yaml"}
@@ -99,6 +108,22 @@ WHAT = {  # method -> (needs, fails by, watch): the domain table, one line each
             ["reward hacking: the reward climbs while quality does not", "memory (4 networks, online rollouts)"],
             ["KL to the reference", "a held-out eval the reward model never scores",
              "reply length and the highest-reward samples"]),
+    "kto": (["prompt/completion rows with a true (thumbs up) or false (thumbs down) label; no pairs needed",
+             "a frozen reference copy of the start model (made for you)", "batches of 2+ rows (the KL estimate)"],
+            ["drift: the desirable log-prob falls while the margin grows",
+             "a rare label (< 10%) without desirable_weight/undesirable_weight to compensate"],
+            ["logps/chosen (the desirable answers' log-prob) and rewards/margins", "held-out answers (rlft eval)"]),
+    "rloo": (["prompts the model solves sometimes", "a verifier (reward = f(completions, **row))",
+              f"k samples per prompt at every step (num_generations, e.g. {RLOO_GROUP})"],
+             ["zero-signal groups: all k rewards equal, so every advantage is 0",
+              "a format-only or loose verifier: reward hacking"],
+             ["frac_reward_zero_std (the share of all-equal groups)", "reward against held-out pass@1 (rlft eval)"]),
+    "distill": (["a teacher model with the student's tokenizer, that you can run during training",
+                 "prompts (no answers needed)", "memory for the student and the teacher"],
+                ["a teacher with another tokenizer (refused before training)",
+                 "the loss rising: the student drifts away from the teacher (learning rate too high)"],
+                ["the loss (the student-teacher divergence on the student's samples)",
+                 "held-out answers against the teacher's (rlft eval on both)"]),
 }
 
 
@@ -215,6 +240,15 @@ def rule_signal(s: Signal, r: Recommendation) -> None:
         name = f"the {s.verifier} verifier" if s.verifier else "a verifier"
         r.reasons.append(f"{name} checks answers automatically: GRPO samples G answers per prompt and pushes "
                          "toward the above-average ones, with no human labels")
+    elif s.kind == "thumbs":
+        r.method = "kto"
+        r.reasons.append(f"you have {_n(s.rows, 'thumbs up/down labels')} on single answers, not pairs: KTO learns "
+                         "from unpaired good/bad labels against a frozen reference, with no reward model")
+    elif s.kind == "teacher":
+        r.method = "distill"
+        r.reasons.append("a stronger model you can run is a dense signal: on-policy distillation lets the student "
+                         "sample and the teacher score every token of those samples (no labels, no reward); the "
+                         "teacher must share the student's tokenizer")
     elif s.kind == "ratings":
         pairable = s.ratings.get("pairable_prompts") or 0
         if pairable >= MIN_RATED_PAIRS:
@@ -362,7 +396,8 @@ def rule_other_signals(s: Signal, r: Recommendation) -> None:
             continue
         use = {"pairs": "DPO on the pairs can tune tone and style after this",
                "verifier": "the verifiable rows make a held-out check (rlft eval)",
-               "ratings": "the ratings can check the result, or make pairs"}[kind]
+               "ratings": "the ratings can check the result, or make pairs",
+               "thumbs": "KTO on the thumbs labels can tune the result after this"}[kind]
         r.note("info", f"also_{kind}", f"{', '.join(paths)}: {use}")
 
 
@@ -376,9 +411,24 @@ def rule_lint(s: Signal, r: Recommendation) -> None:
         r.note(f.level, f.code, where + f.message)
 
 
+def rule_rloo(s: Signal, r: Recommendation) -> None:
+    """RLOO instead of GRPO when the budget is low: the same verifier reward from half the samples."""
+    if s.budget != "low" or "grpo" not in (r.method, r.then):
+        return
+    if r.method == "grpo":
+        r.method = "rloo"
+    else:
+        r.then = "rloo"
+    r.reasons.append(f"with a low budget, RLOO rather than GRPO: each completion's baseline is the mean reward of "
+                     f"the other k-1 samples of its prompt (no critic, no group std), which works with k = "
+                     f"{RLOO_GROUP} samples per prompt where GRPO's group std wants G = {GRPO_GROUP}: about half "
+                     "the generation per prompt; with budget to spare, GRPO's larger groups give steadier steps")
+
+
 def rule_budget_cost(s: Signal, r: Recommendation) -> None:
-    """GRPO and PPO sample online: a low budget gets the cost spelled out."""
-    if s.budget == "low" and (r.method in ("grpo", "ppo") or r.then in ("grpo", "ppo")):
+    """GRPO, RLOO and PPO sample online: a low budget gets the cost spelled out."""
+    online = ("grpo", "ppo", "rloo")
+    if s.budget == "low" and (r.method in online or r.then in online):
         r.note("warning", "budget_low", "online methods generate G answers per prompt at every step (roughly G "
                "times the model runs of SFT on the same prompts): with a low budget, cut num_generations and "
                "the completion length, and train on fewer prompts")
@@ -386,7 +436,7 @@ def rule_budget_cost(s: Signal, r: Recommendation) -> None:
 
 RULES: list[Callable[[Signal, Recommendation], None]] = [
     rule_signal, rule_taste_budget, rule_pairs_size, rule_rows_size, rule_verifier, rule_sft_first,
-    rule_other_signals, rule_lint, rule_budget_cost,
+    rule_other_signals, rule_lint, rule_rloo, rule_budget_cost,
 ]
 
 
@@ -436,7 +486,7 @@ def _extra_needs(s: Signal, r: Recommendation) -> list[str]:
     if r.method == "dpo" and s.kind == "ratings":
         out.append("pairs built from the ratings: per prompt the highest-rated reply as chosen and the lowest as "
                    "rejected (the first command below writes them)")
-    if r.method == "grpo" and not s.verifier:
+    if r.method in ("grpo", "rloo") and not s.verifier:
         names = ", ".join(verifier_registry()) or "see rlft.verifiers"
         out.append(f"a registered verifier for --verifier ({names})")
     return out
@@ -448,9 +498,15 @@ def _q(x: str) -> str:
     return shlex.quote(str(x))
 
 
-def recipe_for(method: str, model: str | None) -> str:
+def recipe_for(method: str, model: str | None) -> str | None:
+    """The shipped recipe for `method` at this model's size (None: no recipe for a real model yet)."""
     table = RECIPES_TINY if model in (None, "tiny") else RECIPES_REAL
-    return f"recipes/{table[method]}"
+    return f"recipes/{table[method]}" if method in table else None
+
+
+def _recipe_flag(method: str, model: str | None) -> str:
+    recipe = recipe_for(method, model)
+    return f" --recipe {recipe}" if recipe else ""
 
 
 def _model_flag(model: str | None) -> str:
@@ -549,6 +605,17 @@ def _method_commands(method: str, s: Signal, model: str | None) -> list[str]:
         ppo = (f"rlft ppo {_files('--prompts', prompts, 'PROMPTS.jsonl')} --reward-model {REWARD_OUT} "
                f"--recipe {recipe}{m}")
         return [*pre, reward, ppo]
+    flag = _recipe_flag(method, s.model)
+    if method == "kto":
+        paths = s.paths if s.kind == "thumbs" else []
+        return [f"rlft kto {_files('--feedback', paths, 'FEEDBACK.jsonl')}{flag}{m}"]
+    if method == "rloo":
+        paths = s.paths if s.kind == "verifier" else []
+        return [(f"rlft rloo {_files('--prompts', paths, 'PROMPTS.jsonl')} "
+                 f"--verifier {_q(s.verifier or 'VERIFIER')}{flag}{m}")]
+    if method == "distill":
+        paths = s.paths if s.kind == "teacher" else []
+        return [f"rlft distill --teacher TEACHER {_files('--prompts', paths, 'PROMPTS.jsonl')}{flag}{m}"]
     raise ValueError(method)
 
 

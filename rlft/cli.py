@@ -14,6 +14,7 @@ and the fix and exits with code 2. `--debug` (or RLFT_DEBUG=1) shows the traceba
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Annotated
 
@@ -21,15 +22,21 @@ import typer
 from rich.markup import escape
 
 from rlft.commands import (
+    chat,
     choose,
     data,
+    distill,
     dpo,
+    export,
     grpo,
     init_model,
+    kto,
+    merge,
     ppo,
     preflight,
     report,
     reward,
+    rloo,
     sft,
     verify,
 )
@@ -37,11 +44,11 @@ from rlft.commands import (
     eval as eval_cmd,
 )
 from rlft.commands.options import err_console
-from rlft.errors import UserError
+from rlft.errors import Terminated, UserError
 
 app = typer.Typer(
     name="rlft",
-    help="Fine-tune LLMs with SFT, DPO, GRPO or reward model + PPO, on Hugging Face TRL.",
+    help="Fine-tune LLMs with SFT, DPO, KTO, GRPO, RLOO, reward model + PPO or distillation, on Hugging Face TRL.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -60,9 +67,11 @@ def _root(
 # ----------------------------------------------------------------------------- commands
 # (name on the command line, function): training first, then inspection and tooling.
 COMMANDS = (
-    ("sft", sft.sft), ("dpo", dpo.dpo), ("reward", reward.reward), ("grpo", grpo.grpo), ("ppo", ppo.ppo),
+    ("sft", sft.sft), ("dpo", dpo.dpo), ("kto", kto.kto), ("reward", reward.reward), ("grpo", grpo.grpo),
+    ("rloo", rloo.rloo), ("ppo", ppo.ppo), ("distill", distill.distill),
     ("eval", eval_cmd.eval_), ("preflight", preflight.preflight_), ("choose", choose.choose),
     ("verify", verify.verify), ("report", report.report), ("init-model", init_model.init_model),
+    ("merge", merge.merge), ("export", export.export), ("chat", chat.chat),
 )
 for _name, _fn in COMMANDS:
     app.command(_name)(_fn)
@@ -73,6 +82,7 @@ app.add_typer(data.data_app, name="data", help="Inspect data files: lint.")
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the app, turning user errors into one line and exit code 2."""
     debug = os.environ.get("RLFT_DEBUG") == "1" or "--debug" in (argv if argv is not None else sys.argv[1:])
+    previous = _on_sigterm()
     try:
         app(args=argv, prog_name="rlft")
     except UserError as exc:
@@ -82,6 +92,10 @@ def main(argv: list[str] | None = None) -> None:
         if exc.fix:
             err_console.print(f"  [bold]fix:[/] {escape(exc.fix)}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
+    except Terminated:
+        err_console.print("terminated (SIGTERM) outside a training step: no checkpoint saved by it",
+                          highlight=False)
+        sys.exit(143)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
@@ -92,6 +106,21 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {escape(first)}", highlight=False, soft_wrap=True)
         err_console.print("  [bold]fix:[/] rerun with --debug for the traceback", highlight=False)
         sys.exit(1)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm():
+    """Turn SIGTERM into rlft.errors.Terminated (the trainer installs its own checkpointing handler while it
+    trains); returns the previous handler, or None off the main thread where handlers cannot be set."""
+    def _raise(signum, frame):
+        raise Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, _raise)
+    except ValueError:
+        return None
 
 
 if __name__ == "__main__":

@@ -22,9 +22,10 @@ from typing import Any
 
 import yaml
 
+from rlft.config_checks import config_problems
 from rlft.errors import UserError
 
-METHODS = ("sft", "dpo", "grpo", "reward", "ppo")
+METHODS = ("sft", "dpo", "grpo", "reward", "ppo", "kto", "rloo", "distill")
 COMMON_SECTIONS = ("model", "data", "train", "watch")
 # The TRL config class behind each section; fields not in the rlft schema are checked against these.
 TRL_CONFIGS = {
@@ -33,6 +34,9 @@ TRL_CONFIGS = {
     "dpo": ("trl", "DPOConfig"),
     "grpo": ("trl", "GRPOConfig"),
     "reward": ("trl", "RewardConfig"),
+    "kto": ("trl", "KTOConfig"),
+    "rloo": ("trl", "RLOOConfig"),
+    "distill": ("trl", "DistillationConfig"),
 }
 
 
@@ -60,7 +64,7 @@ LORA = {
 
 SCHEMA: dict[str, dict[str, Any]] = {
     "model": {
-        "name_or_path": Field("str", "tiny", "local folder, hub id, or the built-in `tiny`", nullable=False),
+        "name_or_path": Field("str", "tiny", "folder, hub id, .gguf file, `tiny` or `smollm2`", nullable=False),
         "dtype": Field("str", "auto", "weights dtype; auto = bf16 on GPUs that have it, else fp32",
                        choices=("auto", "float32", "bfloat16", "float16")),
         "revision": Field("str", None, "hub revision (branch, tag or commit)"),
@@ -76,6 +80,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "fields": Field("dict", {}, "rename columns: {canonical: column}, e.g. {prompt: question}"),
         "split": Field("str", "train", "split to read from a hub dataset"),
         "max_rows": Field("int", None, "use at most this many training rows", minimum=1),
+        "as_chat": Field("bool", False, "wrap plain-string prompts as a user message (chat template applied)"),
     },
     "train": {
         "output_dir": Field("str", None, "run folder; default runs/<method>-<time>"),
@@ -119,8 +124,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
                                    "start", minimum=0.0, maximum=1.0, rlft_only=True),
         "entropy_logs": Field("int", 3, "entropy alarm: logs in a row below entropy_min_ratio", minimum=1,
                               rlft_only=True),
-        "drift_logs": Field("int", 5, "DPO drift alarm: logs in the window", minimum=2, rlft_only=True),
-        "drift_min_drop": Field("float", 1.0, "DPO drift alarm: fall of the chosen log-prob (nats)",
+        "drift_logs": Field("int", 5, "DPO/KTO drift alarm: logs in the window", minimum=2, rlft_only=True),
+        "drift_min_drop": Field("float", 1.0, "DPO/KTO drift alarm: fall of the chosen log-prob (nats)",
                                 minimum=0.0, rlft_only=True),
         "hacking_min_rise": Field("float", 0.4, "reward-hacking alarm: reward rise, in starting reward_std",
                                   minimum=0.0, rlft_only=True),
@@ -132,8 +137,13 @@ SCHEMA: dict[str, dict[str, Any]] = {
                                   minimum=1.0, rlft_only=True),
         "repetition_min_rise": Field("float", 0.2, "length alarm: rise of the completions' repetition",
                                      minimum=0.0, maximum=1.0, rlft_only=True),
+        "diverge_ratio": Field("float", 1.5, "distill diverging alarm: loss above this multiple of its best",
+                               minimum=1.0, rlft_only=True),
+        "diverge_logs": Field("int", 3, "distill diverging alarm: logs in a row above diverge_ratio", minimum=1,
+                              rlft_only=True),
         "ignore": Field("list", [], "alarm names to switch off (nan_loss, zero_signal, kl_blowup, "
-                        "entropy_collapse, dpo_drift, reward_hacking, length_hacking)", rlft_only=True),
+                        "entropy_collapse, dpo_drift, kto_drift, distill_diverging, reward_hacking, "
+                        "length_hacking)", rlft_only=True),
         "samples": Field("int", 3, "prompts shown (best and worst completion) at each save/eval", minimum=0,
                          rlft_only=True),
     },
@@ -167,6 +177,47 @@ SCHEMA: dict[str, dict[str, Any]] = {
     },
     "reward": {
         "max_length": Field("int", 1024, "drop pairs longer than this many tokens", minimum=1),
+    },
+    # KTO (rlft/methods/kto.py): TRL's defaults; train.per_device_train_batch_size must be > 1 (the KL estimate)
+    "kto": {
+        "beta": Field("float", 0.1, "KL strength (TRL's and the KTO paper's 0.1)", minimum=0.0),
+        "desirable_weight": Field("float", 1.0, "weight of label-true losses (raise when true rows are rare)",
+                                  minimum=0.0),
+        "undesirable_weight": Field("float", 1.0, "weight of label-false losses", minimum=0.0),
+        "loss_type": Field("str", "kto", "kto, or apo_zero_unpaired", choices=("kto", "apo_zero_unpaired")),
+        "max_length": Field("int", 1024, "truncate prompt+completion to this many tokens", minimum=1),
+    },
+    # RLOO (rlft/methods/rloo.py): GRPO's verifier, gold and pre-flight options; beta 0 (TRL's is 0.05: no reference)
+    "rloo": {
+        "verifiers": Field("list", ["math"], "verifier specs: NAME, NAME:WEIGHT, file.py:function",
+                           rlft_only=True),
+        "reward_model": Field("str", None, "a reward model folder (rlft reward) as one more reward", rlft_only=True),
+        "num_generations": Field("int", 4, "completions per prompt (k); the baseline is the other k-1", minimum=2),
+        "max_completion_length": Field("int", 256, "generation budget per completion", minimum=1),
+        "temperature": Field("float", 1.0, "sampling temperature for rollouts", minimum=0.0),
+        "beta": Field("float", 0.0, "KL coefficient against the reference (rlft 0: no reference copy)",
+                      minimum=0.0),
+        "preflight": Field("bool", True, "probe the model before training; refuse when it cannot learn",
+                           rlft_only=True),
+        "preflight_prompts": Field("int", 32, "prompts sampled by the pre-flight", minimum=1, rlft_only=True),
+        "min_mixed_fraction": Field("float", 0.1, "pre-flight refuses below this share of mixed groups",
+                                    minimum=0.0, maximum=1.0, rlft_only=True),
+        "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
+                                rlft_only=True),
+        "heldout_max_new_tokens": Field("int", None, "held-out generation budget (default: max_completion_length)",
+                                        minimum=1, rlft_only=True),
+    },
+    # On-policy distillation (rlft/methods/distill.py): the student samples, the teacher scores every token
+    "distill": {
+        "teacher_model_name_or_path": Field("str", None, "teacher: folder, hub id or `tiny` (the student's "
+                                            "tokenizer; --teacher)"),
+        "beta": Field("float", 1.0, "divergence: 0 forward KL, 0.5 JSD, 1 reverse KL (TRL's default)",
+                      minimum=0.0, maximum=1.0),
+        "temperature": Field("float", 1.0, "sampling and loss temperature", minimum=0.0),
+        "max_completion_length": Field("int", 512, "generation budget per completion", minimum=1),
+        "heldout_verifier": Field("str", "math", "verifier scoring data.eval after training", rlft_only=True),
+        "heldout_max_new_tokens": Field("int", None, "held-out generation budget (default: max_completion_length)",
+                                        minimum=1, rlft_only=True),
     },
     # rlft's own PPO (rlft/methods/ppo.py): no TRL config behind it, so every field is listed here. Names and
     # defaults follow the old TRL PPOConfig where it had the knob; the batch is train.per_device_train_batch_size
@@ -280,6 +331,9 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict:
     lines = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if key in lines:  # PyYAML keeps the last of two equal keys silently
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}' (also on line {lines[key]})",
+                                                    key_node.start_mark)
         mapping[key] = loader.construct_object(value_node, deep=True)
         lines[key] = key_node.start_mark.line + 1
     mapping["__lines__"] = lines
@@ -291,9 +345,10 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 def recipe_layer(path: str | Path) -> tuple[Layer, str | None]:
     """Read a YAML recipe into a layer; returns (layer, the recipe's `method:` if it names one)."""
-    p = Path(path)
+    p = Path(path).expanduser()
     if not p.is_file():
-        raise UserError(f"recipe '{path}' does not exist", "check the path; shipped recipes are in recipes/")
+        what = "is a folder, not a YAML file" if p.is_dir() else "does not exist"
+        raise UserError(f"recipe '{path}' {what}", "check the path; shipped recipes are in recipes/")
     try:
         doc = yaml.load(p.read_text(encoding="utf-8"), Loader=_LineLoader)
     except UnicodeDecodeError as exc:
@@ -525,27 +580,32 @@ def _cross_checks(method: str, merged: Layer) -> list[str]:
     if values.get("model.load_in_4bit") and not values.get("model.lora.enabled"):
         problems.append("model.load_in_4bit = true needs model.lora.enabled = true (4-bit weights cannot be "
                         "trained directly; QLoRA trains an adapter)")
-    if method == "grpo":
-        problems += _vllm_checks(values)
-    return problems
+    if method in ("grpo", "rloo"):
+        problems += _vllm_checks(values, method)
+    if method == "kto" and (values.get("train.per_device_train_batch_size") or 2) < 2:
+        problems.append("train.per_device_train_batch_size must be >= 2 for KTO: its KL estimate pairs each prompt "
+                        "with another row's completion in the same batch")
+    if method == "distill" and not values.get("distill.teacher_model_name_or_path"):
+        problems.append("distill.teacher_model_name_or_path is not set: pass --teacher MODEL (folder, hub id, tiny)")
+    return problems + config_problems(method, values, merged.origins)
 
 
 VLLM_MODES = ("colocate", "server")
 
 
-def _vllm_checks(values: dict[str, Any]) -> list[str]:
+def _vllm_checks(values: dict[str, Any], method: str = "grpo") -> list[str]:
     """GRPO's vLLM options pass straight to TRL's GRPOConfig, which accepts any vllm_mode string and only
     finds a missing vLLM once the trainer is built: both are caught here, before any model loads."""
     import importlib.util
 
     problems = []
-    mode = values.get("grpo.vllm_mode")
+    mode = values.get(f"{method}.vllm_mode")
     if mode is not None and mode not in VLLM_MODES:
-        problems.append(f"grpo.vllm_mode = {mode}: expected one of {', '.join(VLLM_MODES)}"
+        problems.append(f"{method}.vllm_mode = {mode}: expected one of {', '.join(VLLM_MODES)}"
                         f"{_did_you_mean(str(mode), VLLM_MODES)}")
-    if values.get("grpo.use_vllm") and importlib.util.find_spec("vllm") is None:
-        problems.append("grpo.use_vllm = true but vLLM is not installed: `pip install vllm` on the GPU machine "
-                        "(server mode: start `trl vllm-serve --model ...` first), or set grpo.use_vllm=false")
+    if values.get(f"{method}.use_vllm") and importlib.util.find_spec("vllm") is None:
+        problems.append(f"{method}.use_vllm = true but vLLM is not installed: `pip install vllm` on the GPU machine "
+                        f"(server mode: start `trl vllm-serve --model ...` first), or set {method}.use_vllm=false")
     return problems
 
 

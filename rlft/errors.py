@@ -32,6 +32,14 @@ class DataError(UserError):
         super().__init__(head, fix)
 
 
+class Terminated(BaseException):
+    """SIGTERM outside the trainer's own handler (loading data, building the model): unwinds the stack, so an
+    open run record is marked interrupted and the CLI prints one line (exit 143 = 128 + SIGTERM). Not a
+    KeyboardInterrupt: click would turn that into its own Abort."""
+
+    signum = 15
+
+
 def row_problem(path: str, line: int | None, field: str | None, what: str) -> str:
     """Format one data problem as `file:line: field 'x': what`."""
     where = f"{path}:{line}" if line is not None else str(path)

@@ -1,8 +1,10 @@
 """Generation and held-out evaluation shared by `rlft eval`, pre-flight and the RL methods.
 
 Prompts are rendered the way the trainers render them: a string prompt is used as is (TRL's
-non-conversational format), a message list goes through the tokenizer's chat template with the
-generation prompt added. Scoring is exact match against `answer` unless a scorer (a verifier) is given.
+non-conversational format; `rlft.data.wrap_as_chat` makes it a user message), a message list goes through the
+tokenizer's chat template with the generation prompt added. Generation stops at eos or the template's
+end-of-turn token (rlft.chat.stop_token_ids); completions are decoded without special tokens. Scoring is
+exact match against `answer` unless a scorer (a verifier) is given.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ def generate(model, tok, prompts: Sequence[Any], **kwargs: Any) -> list[list[str
 def generate_detailed(model, tok, prompts: Sequence[Any], *, max_new_tokens: int = 32, do_sample: bool = False,
                       temperature: float = 1.0, num_return_sequences: int = 1,
                       batch_size: int = 64) -> list[list[tuple[str, bool]]]:
-    """Like `generate`, with each completion paired with whether it ended (emitted eos) in budget."""
+    """Like `generate`, with each completion paired with whether it ended (emitted a stop token) in budget."""
     import torch
 
+    from rlft.chat import stop_token_ids
+
     texts = [render_prompt(tok, p) for p in prompts]
+    stops = stop_token_ids(tok, model)  # eos and the chat template's end-of-turn token
     side = tok.padding_side
     tok.padding_side = "left"
     model_was_training = model.training
@@ -41,13 +46,13 @@ def generate_detailed(model, tok, prompts: Sequence[Any], *, max_new_tokens: int
                         add_special_tokens=False).to(device)
             gen_kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=do_sample,
                                               num_return_sequences=num_return_sequences,
-                                              pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+                                              pad_token_id=tok.pad_token_id, eos_token_id=stops)
             if do_sample:
                 gen_kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
             with torch.no_grad():
                 ids = model.generate(**batch, **gen_kwargs)
             new = ids[:, batch["input_ids"].shape[1]:]
-            finished = (new == tok.eos_token_id).any(dim=1).tolist()
+            finished = torch.isin(new, torch.tensor(stops, device=new.device)).any(dim=1).tolist()
             decoded = tok.batch_decode(new, skip_special_tokens=True)
             for i in range(0, len(decoded), num_return_sequences):
                 out.append(list(zip(decoded[i:i + num_return_sequences], finished[i:i + num_return_sequences])))

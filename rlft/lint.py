@@ -13,7 +13,8 @@ Kinds of rows (`detect_kind`), named after the signal they carry:
   demonstrations  prompt + completion, messages (a chat with an assistant turn), or text
   pairs           prompt + chosen + rejected (strings or message lists)
   verifiable      prompt + gold fields a verifier reads (answer, label, tests, schema), no completion
-  ratings         prompt + completion + a numeric score (rating, score, reward, stars), or a boolean label
+  ratings         prompt + completion + a numeric score (rating, score, reward, stars)
+  thumbs          prompt + completion + label (true/false: thumbs up/down on one completion, for KTO)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from rlft.errors import UserError
 
-KINDS = ("demonstrations", "pairs", "verifiable", "ratings")
+KINDS = ("demonstrations", "pairs", "verifiable", "ratings", "thumbs")
 LEVELS = ("error", "warning", "info")
 MAX_LINES = 20
 
@@ -170,6 +171,8 @@ def row_kind(d: dict[str, Any], gold: Iterable[str] = DEFAULT_GOLD_FIELDS) -> st
     if "chosen" in d and "rejected" in d:
         return "pairs"
     completion = completion_field(d)
+    if completion and "label" in d and not any(k in d for k in RATING_FIELDS):
+        return "thumbs"
     if (completion or "messages" in d) and rating_field(d):
         return "ratings"
     if "messages" in d or completion or ("text" in d and "prompt" not in d):
@@ -261,7 +264,7 @@ def lint_rows(rows: list[Any], kind: str | None = None, verifier: Any = None) ->
     findings = _shape_findings(rows, kinds, kind)
     findings += {"pairs": _lint_pairs, "demonstrations": _lint_demonstrations,
                  "verifiable": lambda rs: _lint_verifiable(rs, verifier),
-                 "ratings": _lint_ratings}[kind](rows)
+                 "ratings": _lint_ratings, "thumbs": _lint_thumbs}[kind](rows)
     source = getattr(rows[0], "source", None)
     for f in findings:
         f.source = f.source or source
@@ -521,4 +524,30 @@ def _lint_ratings(rows: list[Any]) -> list[Finding]:
         out.append(_finding("info", "rating_scale", f"ratings {s['min']:g}..{s['max']:g}; {s['top_rows']} of "
                             f"{s['rated']} replies are top-rated (>= {s['top_threshold']:g}); {s['pairable_prompts']} "
                             "prompts have two or more differently rated replies (pairable)", count=n, **s))
+    return out
+
+
+# ----- thumbs
+
+def _lint_thumbs(rows: list[Any]) -> list[Finding]:
+    """Labels must be booleans, both must occur; a rare class (< 10%) gets the KTO weights that compensate."""
+    from rlft.thumbs import balance_warning, label_value
+
+    n = len(rows)
+    out = _empty_findings(rows, ("prompt", "completion"))
+    bad = [_line(r, i) for i, r in enumerate(rows) if label_value(_data(r).get("label")) is None]
+    if bad:
+        out.append(_finding("error", "bad_label", f"{len(bad)} of {n} rows have a label that is not true/false"
+                            f"{_lines_text(bad, len(bad))}: write JSON true (thumbs up) or false", bad))
+    labels = [label_value(_data(r).get("label")) for r in rows]
+    n_true, n_false = labels.count(True), labels.count(False)
+    if n_true + n_false and not (n_true and n_false):
+        out.append(_finding("error", "one_label", f"every label is {bool(n_true)}: KTO needs desirable (true) and "
+                            "undesirable (false) completions", count=n))
+    elif (why := balance_warning(n_true, n_false)) is not None:
+        out.append(_finding("warning", "label_imbalance", why, count=n, true=n_true, false=n_false))
+    else:
+        out.append(_finding("info", "label_balance", f"{n_true} true, {n_false} false", count=n, true=n_true,
+                            false=n_false))
+    out += _dup_finding(_duplicates(rows, _row_key), n, "row", "duplicate_rows")
     return out

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlft.errors import UserError
+from rlft.model_sources import SMOLLM2, cache_dir, gguf_folder, is_gguf, smollm2_gguf
 
 TINY = "tiny"
 # Character vocabulary: printable ASCII (94) + space + newline = 96 characters, plus 4 special tokens.
@@ -31,11 +32,6 @@ CHATML_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-def cache_dir() -> Path:
-    """Where `tiny` is built: $RLFT_CACHE, else ~/.cache/rlft."""
-    return Path(os.environ.get("RLFT_CACHE") or Path.home() / ".cache" / "rlft")
 
 
 def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
@@ -84,21 +80,30 @@ def tiny_path() -> Path:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """Map `tiny` to its cached build, check local folders, and pass hub ids through.
+    """Map `tiny` to its cached build, `smollm2` and `*.gguf` files to their converted folders (see
+    rlft.model_sources), check local folders, and pass hub ids through.
 
     A string that is neither an existing folder nor shaped like a hub id is a user error, not a 404 later.
     """
     if name_or_path == TINY:
         return str(tiny_path())
+    if name_or_path == SMOLLM2:
+        return str(gguf_folder(smollm2_gguf()))
+    if is_gguf(name_or_path):
+        return str(gguf_folder(name_or_path))
     path = Path(name_or_path).expanduser()
     if path.exists():
+        if not path.is_dir():
+            raise UserError(f"model '{name_or_path}' is a file, not a model folder",
+                            "point --model at the folder holding config.json (a run's output_dir)")
         if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
             raise UserError(f"model folder '{name_or_path}' has no config.json or adapter_config.json",
                             "point --model at a folder written by save_pretrained (a run's output_dir)")
         return str(path)
     if name_or_path.startswith((".", "/", "~")) or not _HUB_ID.match(name_or_path):
         raise UserError(f"model '{name_or_path}' is not a folder here and not a hub id",
-                        "check the path, or use `tiny` / a hub id such as Qwen/Qwen2.5-0.5B-Instruct")
+                        "check the path, or use `tiny`, `smollm2`, a .gguf file or a hub id such as "
+                            "Qwen/Qwen2.5-0.5B-Instruct")
     return name_or_path
 
 
@@ -108,8 +113,13 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, trust_remote_
 
     path = resolve_model_path(name_or_path)
     base = _adapter_base(path) or path
-    tok = AutoTokenizer.from_pretrained(path if _has_tokenizer(path) else base, revision=revision,
-                                        trust_remote_code=trust_remote_code)
+    try:
+        tok = AutoTokenizer.from_pretrained(path if _has_tokenizer(path) else base, revision=revision,
+                                            trust_remote_code=trust_remote_code)
+    except Exception as exc:  # noqa: BLE001 - missing/corrupt files, offline hub: one line (rlft.model_probe)
+        from rlft.model_probe import load_problem
+
+        raise load_problem(name_or_path, exc) from exc
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -133,6 +143,7 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
     A folder holding a peft adapter loads its base model and the adapter on top. With `load_in_4bit`,
     weights are quantised with bitsandbytes (NF4) and the model is prepared for k-bit training.
     """
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     path = resolve_model_path(model_cfg.name_or_path)
@@ -148,9 +159,10 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
         kwargs["num_labels"] = 1
     try:
         model = auto.from_pretrained(base or path, **kwargs)
-    except OSError as exc:
-        raise UserError(f"could not load model '{model_cfg.name_or_path}': {exc}".splitlines()[0],
-                        "check the name, or set HF_HUB_OFFLINE=0 and log in for gated models") from exc
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:  # bad files, offline hub: one line
+        from rlft.model_probe import load_problem
+
+        raise load_problem(model_cfg.name_or_path, exc) from exc
     if model_cfg.load_in_4bit:
         fix_cpu_4bit(model)
     if base:
@@ -170,13 +182,14 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
     return model
 
 
-def load_for_inference(name_or_path: str):
-    """A frozen model for generation and scoring (eval, pre-flight, pipelines): no LoRA, no 4-bit."""
+def load_for_inference(name_or_path: str, head: str = "causal"):
+    """A frozen model for generation and scoring (eval, pre-flight, pipelines, reward models with
+    head="score"): no LoRA, no 4-bit; an adapter folder is merged into its base."""
     from rlft.config import Section
 
     cfg = Section(name_or_path=name_or_path, dtype="auto", revision=None, trust_remote_code=False,
                   load_in_4bit=False, lora=Section(enabled=False))
-    return load_model(cfg, trainable=False)
+    return load_model(cfg, trainable=False, head=head)
 
 
 def apply_lora(model, lora_cfg: Any, quantized: bool = False, task: str = "CAUSAL_LM"):

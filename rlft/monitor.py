@@ -98,7 +98,7 @@ def prepare_watch(cfg) -> WatchSetup:
     """Read and validate the `watch` section: thresholds, alarm names, the held-out file and its gold.
     Called before the run folder is touched, so a bad holdout file leaves nothing behind."""
     watch = dict(cfg.values.get("watch") or {}) if cfg is not None else {}
-    setup = WatchSetup(Thresholds.from_watch(watch), watch.get("on_alarm") or "warn",
+    setup = WatchSetup(Thresholds.from_watch(watch, getattr(cfg, "method", None)), watch.get("on_alarm") or "warn",
                        samples=int(watch.get("samples", 3) if watch.get("samples") is not None else 3))
     if watch.get("holdout"):
         from rlft.data import read_rows
@@ -106,6 +106,10 @@ def prepare_watch(cfg) -> WatchSetup:
 
         spec = watch.get("holdout_verifier") or "math"
         rows = read_rows(watch["holdout"], max_rows=watch.get("holdout_max_rows") or 100)
+        if (cfg.values.get("data") or {}).get("as_chat"):  # held-out prompts are wrapped like the training prompts
+            from rlft.data import wrap_as_chat
+
+            rows = wrap_as_chat(rows)
         validate_gold(rows, [spec])
         scorer, _ = load_verifiers([spec])
         setup.holdout = Holdout([r.data for r in rows], scorer, spec, int(watch.get("holdout_every") or 50),

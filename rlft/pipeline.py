@@ -3,7 +3,9 @@
     python -m rlft.pipeline dpo  --model tiny --out runs/demo    # SFT, then DPO
     python -m rlft.pipeline grpo --model tiny --out runs/demo    # SFT, then GRPO (math verifier)
     python -m rlft.pipeline rlhf --model tiny --out runs/demo    # SFT, then reward model, then PPO
-    python -m rlft.pipeline demo --out runs/demo                 # all three, sharing the SFT stage
+    python -m rlft.pipeline kto  --model tiny --out runs/demo    # SFT, then KTO on thumbs up/down
+    python -m rlft.pipeline distill --model tiny --out runs/demo # short SFT student, full SFT teacher, distill
+    python -m rlft.pipeline demo --out runs/demo                 # all of them, sharing the SFT stage
 
     # the same pipeline on a real model (GPU): its own recipes per stage, a longer answer budget
     python -m rlft.pipeline grpo --model Qwen/Qwen2.5-0.5B-Instruct --sft-recipe recipes/sft_qwen0.5b_lora.yaml \
@@ -189,7 +191,9 @@ RecipeOpt = Annotated[Optional[list[str]], typer.Option(
 
 # The recipe each stage runs unless --recipe STAGE=FILE says otherwise.
 TINY_RECIPES = {"dpo": "recipes/dpo_tiny.yaml", "grpo": "recipes/grpo_math_tiny.yaml",
-                "reward": "recipes/reward_tiny.yaml", "ppo": "recipes/ppo_tiny.yaml"}
+                "reward": "recipes/reward_tiny.yaml", "ppo": "recipes/ppo_tiny.yaml", "kto": "recipes/kto_tiny.yaml",
+                "rloo": "recipes/rloo_math_tiny.yaml", "distill": "recipes/distill_tiny.yaml"}
+TEACHER_RECIPE = "recipes/sft_tiny.yaml"  # the teacher of the distill stage: the full SFT (1.00 held-out)
 
 
 def _recipes(pairs: list[str] | None) -> dict[str, str]:
@@ -246,6 +250,24 @@ def _rlhf(p: Pipeline, start: str, pairs: str, pairs_eval: str, prompts: str) ->
             "--eval-data", p.heldout, "--holdout-verifier", p.verifier)
 
 
+def _kto(p: Pipeline, start: str, thumbs: str) -> None:
+    p.stage("kto", "kto", start, "--recipe", p.recipes["kto"], "--feedback", thumbs)
+
+
+def _rloo(p: Pipeline, start: str, prompts: str) -> None:
+    reward = ["--verifier", p.reward_verifier] if p.reward_verifier else []
+    p.stage("rloo", "rloo", start, "--recipe", p.recipes["rloo"], "--prompts", prompts, *reward,
+            "--eval-data", p.heldout)
+
+
+def _distill(p: Pipeline, start: str, model: str, sft_data: str, teacher_recipe: str, prompts: str) -> None:
+    """A teacher SFT'd with `teacher_recipe` from `model` (reused when unchanged), then the student `start`
+    distilled from it on the prompts alone."""
+    teacher = p.stage("teacher", "sft", model, "--recipe", teacher_recipe, "--data", sft_data, reuse=True)
+    p.stage("distill", "distill", start, "--recipe", p.recipes["distill"], "--teacher", teacher,
+            "--prompts", prompts, "--eval-data", p.heldout)
+
+
 @app.command()
 def dpo(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
         sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
@@ -283,18 +305,48 @@ def rlhf(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data
 
 
 @app.command()
+def kto(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
+        sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
+        thumbs: Annotated[str, typer.Option(help="Thumbs rows: prompt, completion, label.")]
+        = "data/arith/thumbs_train.jsonl",
+        verifier: Verifier = None, heldout_tokens: Tokens = 8, recipe: RecipeOpt = None) -> None:
+    """SFT, then KTO on thumbs up/down feedback."""
+    p = _pipeline(out, heldout, verifier, heldout_tokens, recipe)
+    _kto(p, _sft(p, model, sft_data, sft_recipe), thumbs)
+    p.table("pipeline-kto: SFT then KTO")
+
+
+@app.command()
+def distill(model: Model = "tiny", out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
+            sft_data: SftData = "data/arith/sft_train.jsonl", sft_recipe: SftRecipe = "recipes/sft_tiny_short.yaml",
+            teacher_recipe: Annotated[str, typer.Option(help="The teacher's SFT recipe.")] = TEACHER_RECIPE,
+            prompts: Annotated[str, typer.Option(help="Prompts the student samples on.")]
+            = "data/arith/grpo_prompts.jsonl",
+            verifier: Verifier = None, heldout_tokens: Tokens = 8, recipe: RecipeOpt = None) -> None:
+    """A short SFT (the student) and a full SFT (the teacher) of the same model, then on-policy distillation."""
+    p = _pipeline(out, heldout, verifier, heldout_tokens, recipe)
+    _distill(p, _sft(p, model, sft_data, sft_recipe), model, sft_data, teacher_recipe, prompts)
+    p.table("pipeline-distill: SFT student, SFT teacher, distillation")
+
+
+@app.command()
 def demo(out: Out = "runs/demo", heldout: Heldout = "data/arith/test.jsonl",
          with_rlhf: Annotated[bool, typer.Option("--rlhf/--no-rlhf", help="Include reward model + PPO.")] = True,
          ) -> None:
-    """Everything on the tiny model and shipped data: one SFT, then DPO, GRPO and reward model + PPO."""
+    """Everything on the tiny model and shipped data: one SFT, then DPO, KTO, GRPO, RLOO, reward model + PPO,
+    and distillation from a fully SFT'd teacher."""
     start = time.time()
     p = Pipeline(out, heldout)
     _rlft("init-model", "--out", str(Path(out) / "tiny"), "--overwrite")
     sft = _sft(p, str(Path(out) / "tiny"), "data/arith/sft_train.jsonl", "recipes/sft_tiny_short.yaml")
     _dpo(p, sft, "data/arith/pairs_train.jsonl", "data/arith/pairs_eval.jsonl")
+    _kto(p, sft, "data/arith/thumbs_train.jsonl")
     _grpo(p, sft, "data/arith/grpo_prompts.jsonl")
+    _rloo(p, sft, "data/arith/grpo_prompts.jsonl")
     if with_rlhf:
         _rlhf(p, sft, "data/arith/pairs_train.jsonl", "data/arith/pairs_eval.jsonl", "data/arith/grpo_prompts.jsonl")
+    _distill(p, sft, str(Path(out) / "tiny"), "data/arith/sft_train.jsonl", TEACHER_RECIPE,
+             "data/arith/grpo_prompts.jsonl")
     p.table(f"rlft demo on the tiny model ({time.time() - start:.0f} s in all)")
 
 

@@ -98,8 +98,9 @@ def probe(net, tok, rows: list[dict], reward_fn: Callable, *, num_generations: i
 
 def run_preflight(model: str, rows, verifier: str | list[str], num_generations: int = 8, max_prompts: int = 32,
                   max_new_tokens: int = 64, temperature: float = 1.0, min_mixed: float = 0.1,
-                  seed: int = 0) -> PreflightResult:
-    """Load `model`, validate `rows` (rlft.data.Row) for the verifier(s), and probe."""
+                  seed: int = 0, console=None) -> PreflightResult:
+    """Load `model`, validate `rows` (rlft.data.Row) for the verifier(s), and probe. With a `console`, say so
+    when plain-string prompts meet a model with a chat template (`--as-chat` wraps them)."""
     from rlft.models import load_for_inference, load_tokenizer
     from rlft.quiet import quiet_libraries
     from rlft.verifiers.loading import load_verifiers, validate_gold
@@ -112,6 +113,11 @@ def run_preflight(model: str, rows, verifier: str | list[str], num_generations: 
 
     torch.manual_seed(seed)
     tok = load_tokenizer(model)
+    if console is not None:
+        from rlft.chat import plain_prompt_note
+
+        if note := plain_prompt_note(tok, rows, switch="--as-chat"):
+            console.print(f"[yellow]note[/]: {note}")
     net = load_for_inference(model)
     return probe(net, tok, [r.data for r in rows], reward_fn, num_generations=num_generations,
                  max_prompts=max_prompts, max_new_tokens=max_new_tokens, temperature=temperature,

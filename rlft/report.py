@@ -84,13 +84,27 @@ def load_run(run_dir: Path) -> dict[str, Any]:
                         "pass the --output-dir of a training run")
     import yaml
 
-    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
-    config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").exists() else {}
+    summary = _read_doc(run_dir / "summary.json", json.loads, {})
+    config = _read_doc(run_dir / "config.yaml", yaml.safe_load, {})
     return {"dir": run_dir, "summary": summary, "config": config or {},
             "history": _read_jsonl(run_dir / "metrics.jsonl"), "alarms": _read_jsonl(run_dir / "alarms.jsonl"),
             "samples": _read_jsonl(run_dir / "samples.jsonl"),
-            "preflight": json.loads((run_dir / "preflight.json").read_text())
-            if (run_dir / "preflight.json").exists() else None}
+            "preflight": _read_doc(run_dir / "preflight.json", json.loads, None)}
+
+
+def _read_doc(path: Path, parse, default):
+    """A run file parsed (JSON or YAML, a mapping), `default` when absent; damaged: one UserError."""
+    if not path.exists():
+        return default
+    try:
+        doc = parse(path.read_text(encoding="utf-8"))
+    except Exception as exc:  # noqa: BLE001 - JSONDecodeError, YAMLError, UnicodeDecodeError, OSError
+        raise UserError(f"{path} is damaged ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})",
+                        f"restore it, or delete {path.name} to report from the other files") from exc
+    if doc is not None and not isinstance(doc, dict):
+        raise UserError(f"{path} is damaged (a {type(doc).__name__}, not a mapping)",
+                        f"restore it, or delete {path.name} to report from the other files")
+    return doc if doc is not None else default
 
 
 # --------------------------------------------------------------------------- plots

@@ -74,15 +74,18 @@ class RewardModelReward:
 
     def load(self):
         if self._model is None:
-            from transformers import AutoModelForSequenceClassification
-
-            from rlft.models import load_tokenizer, resolve_model_path
+            from rlft.models import load_for_inference, load_tokenizer, resolve_model_path
 
             path = resolve_model_path(self.path)
             self._tok = load_tokenizer(path)
-            self._model = AutoModelForSequenceClassification.from_pretrained(path)
-            self._model.requires_grad_(False)
-            self._model.eval()
+            # through rlft's loader: a LoRA reward run (an adapter folder) gets its base with a one-output head
+            # (a plain from_pretrained builds two) and the adapter merged in; pad id set when the base has none
+            try:
+                self._model = load_for_inference(path, head="score")
+            except (OSError, ValueError, RuntimeError) as exc:
+                from rlft.model_probe import load_problem
+
+                raise load_problem(self.path, exc, "--reward-model") from exc
         return self._model, self._tok
 
     def __call__(self, completions: list, prompts: list | None = None, **_: Any) -> list[float]:

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from rlft.errors import UserError
+from rlft.errors import Terminated, UserError
 
 RUN_MARKERS = ("summary.json", "config.yaml")
 
@@ -61,17 +61,24 @@ def prepare_output_dir(path: str | Path, overwrite: bool = False, resume: bool =
                        check_only: bool = False) -> Path:
     """Make sure `path` can take this run: empty, or --overwrite of an rlft run, or --resume.
 
-    With `check_only`, only refuse (nothing is created or deleted)."""
-    out = Path(path)
+    A folder left by a run that ended before its first step (summary.json `failed`/`interrupted` at step 0,
+    no checkpoint) counts as empty: it holds nothing to keep. With `check_only`, only refuse (nothing is
+    created or deleted)."""
+    out = Path(path).expanduser()
+    if overwrite and resume:
+        raise UserError("--overwrite and --resume together: one deletes the run folder, the other continues it",
+                        "drop --overwrite to continue the run, or --resume to start it again")
     if resume:
         if not out.is_dir() or last_checkpoint(out) is None:
-            raise UserError(f"--resume: no checkpoint in '{out}'", "start without --resume, or point "
+            why = " (its run ended before the first checkpoint)" if out.is_dir() and stale_run(out) else ""
+            raise UserError(f"--resume: no checkpoint in '{out}'{why}", "start without --resume, or point "
                             "--output-dir at the folder of the interrupted run")
         return out
     if out.exists() and not out.is_dir():
         raise UserError(f"output_dir '{out}' is a file", "choose a folder with --output-dir")
     if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
+        stale = stale_run(out)
+        if not overwrite and not stale:
             raise UserError(f"output_dir '{out}' is not empty", "pass --overwrite to replace it, --resume to "
                             "continue it, or choose another --output-dir")
         if not any((out / m).exists() for m in RUN_MARKERS):
@@ -81,8 +88,24 @@ def prepare_output_dir(path: str | Path, overwrite: bool = False, resume: bool =
             return out
         shutil.rmtree(out)
     if not check_only:
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"output_dir '{out}' cannot be created ({exc.strerror})",
+                            "choose an --output-dir in a writable folder") from exc
     return out
+
+
+def stale_run(out: Path) -> bool:
+    """An rlft run folder whose run ended (failed or interrupted) before step 1 and left no checkpoint."""
+    if last_checkpoint(out) is not None or not (out / "summary.json").is_file():
+        return False
+    try:
+        summary = read_json(out / "summary.json")
+    except (OSError, ValueError):
+        return False
+    return (isinstance(summary, dict) and summary.get("status") in ("failed", "interrupted")
+            and not summary.get("global_step"))
 
 
 def last_checkpoint(out: Path) -> Path | None:
@@ -192,8 +215,8 @@ class RunRecord:
         exception, with its message) in summary.json, then let the exception go on."""
         try:
             yield self
-        except KeyboardInterrupt:
-            self.finish("interrupted", signal=2)
+        except (KeyboardInterrupt, Terminated) as exc:  # Ctrl-C, or SIGTERM outside the trainer
+            self.finish("interrupted", signal=getattr(exc, "signum", 2))
             raise
         except BaseException as exc:
             self.finish("failed", error=f"{type(exc).__name__}: {exc}")

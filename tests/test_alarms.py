@@ -347,9 +347,11 @@ def test_every_alarm_has_name_message_and_fix_on_one_line():
         hacking_history([2.0, 2.2, 2.4, 2.6, 2.8, 3.0], [0.38, 0.02]),
         length_history([40, 50, 60, 80, 90, 100], [0.4, 0.4]),
     ]
+    drift = logs({"logps/chosen": [-3, -3.5, -4, -4.5, -5], "rewards/margins": [0, 0.5, 1, 1.5, 2]})
+    per_method = [(drift, "kto"), (logs({"loss": [0.5, 0.3, 0.2, 0.4, 0.5, 0.6]}), "distill")]
     names = set()
-    for h in histories:
-        for a in check(h):
+    for h, method in [(h, None) for h in histories] + per_method:
+        for a in check(h, Thresholds(method=method)):
             names.add(a.name)
             assert a.message and a.fix and "\n" not in a.message + a.fix
             assert a.as_dict()["evidence"] == a.evidence
@@ -359,6 +361,8 @@ def test_every_alarm_has_name_message_and_fix_on_one_line():
 def test_thresholds_from_watch_and_schema_defaults_agree():
     watch = SCHEMA["watch"]
     for f in dataclasses.fields(Thresholds):
+        if f.name == "method":  # the run's method, not a watch setting
+            continue
         assert f.name in watch, f"watch.{f.name} missing from the config schema"
         default = watch[f.name].default
         assert (tuple(default) if isinstance(default, list) else default) == f.default, f.name
@@ -414,3 +418,55 @@ def test_heldout_drop_must_beat_sampling_noise_of_the_heldout_set():
     assert alarms.reward_hacking(with_rows(40, [0.535, 0.45, 0.41]), TH) is None
     # A fall of exactly the threshold counts despite float rounding (0.7 - 0.6 < 0.1 in binary).
     assert alarms.reward_hacking(hacking_history(rewards, [0.7, 0.65, 0.6], reward_std=0.4), TH) is not None
+
+
+# ----------------------------------------------------------------------------- KTO, RLOO, distillation
+
+KTO = Thresholds(method="kto")
+DISTILL = Thresholds(method="distill")
+
+
+def test_kto_drift_replaces_dpo_drift_and_kl_blowup_on_kto_runs():
+    # KTO logs DPO's keys; its `kl` is a batch estimate summed over whole completions (here 3 nats), not the
+    # per-token KL that kl_blowup reads
+    h = logs({"logps/chosen": [-3, -3.4, -3.9, -4.3, -4.6], "rewards/margins": [0, 0.1, 0.2, 0.25, 0.3],
+              "kl": [0.0, 0.0, 3.0, 0.0, 0.0]})
+    assert fired(h, KTO) == ["kto_drift"]
+    alarm = alarms.kto_drift(h, KTO)
+    assert alarm.step == 50 and "desirable log-prob fell 1.60 nats" in alarm.message and "desirable_weight" in alarm.fix
+    assert "dpo_drift" in fired(h) and "kto_drift" not in fired(h)  # without a method: the general rules
+
+
+def test_kto_drift_quiet_while_the_desirable_answers_gain():
+    h = logs({"logps/chosen": [-3, -2.9, -2.8, -2.6, -2.5], "rewards/margins": [0, 0.1, 0.2, 0.25, 0.3]})
+    assert fired(h, KTO) == []
+
+
+def test_distill_diverging_fires_when_the_loss_stays_well_above_its_best():
+    h = logs({"loss": [1.7, 1.2, 0.8, 0.6, 1.0, 1.1, 1.3]})
+    alarm = alarms.distill_diverging(h, DISTILL)
+    assert alarm is not None and alarm.step == 70 and alarm.evidence["best_loss"] == 0.6
+    assert fired(h, DISTILL) == ["distill_diverging"] and "distill_diverging" not in fired(h)  # distill only
+    assert fired(h, Thresholds(method="distill", diverge_logs=4)) == []  # step 40 (0.6) is in a 4-log window
+
+
+@pytest.mark.parametrize("losses", [
+    [1.7, 1.5, 1.3, 1.0, 0.8, 0.6],          # falling: healthy
+    [0.6, 0.65, 0.7, 0.62, 0.68, 0.7],       # noise around a plateau (< 1.5x the best)
+    [0.02, 0.01, 0.03, 0.04, 0.035],         # 3x the best but by 0.02-0.03 nats: under DIVERGE_MIN_RISE
+    [1.7, 1.2, 0.6, 1.0, 1.1, 0.7],          # came back down at the last log
+])
+def test_distill_diverging_quiet(losses):
+    assert alarms.distill_diverging(logs({"loss": losses}), DISTILL) is None
+
+
+def test_zero_signal_reads_rloo_logs_too():
+    h = logs({"frac_reward_zero_std": [0.85, 0.9, 0.88], "reward": [0.2, 0.2, 0.2]})
+    assert fired(h, Thresholds(method="rloo")) == ["zero_signal"]
+
+
+def test_watch_section_picks_the_rules_of_the_method():
+    th = Thresholds.from_watch({"diverge_ratio": 2.0}, "distill")
+    assert th.method == "distill" and th.diverge_ratio == 2.0
+    assert alarms.applies("distill_diverging", "distill") and not alarms.applies("distill_diverging", "sft")
+    assert not alarms.applies("dpo_drift", "kto") and alarms.applies("dpo_drift", "dpo")

@@ -188,8 +188,19 @@ CASES = [
     Case("data: unparseable gold -> grpo + error", ("--data", "tmp:math_bad_gold"), "grpo", warn=("bad_gold",),
          ready=False),
     Case("flags: verifier, few prompts", ("--signal", "verifier", "--rows", "43"), "grpo", warn=("too_few_prompts",)),
-    Case("flags: verifier, low budget", ("--signal", "verifier", "--rows", "500", "--budget", "low"), "grpo",
-         warn=("budget_low",)),
+    Case("flags: verifier, low budget -> rloo", ("--signal", "verifier", "--rows", "500", "--budget", "low"), "rloo",
+         warn=("budget_low",), cmd=("rlft rloo --prompts PROMPTS.jsonl --verifier VERIFIER --recipe "
+                                    "recipes/rloo_math_tiny.yaml",)),
+    Case("flags: verifier, base model, low budget -> sft then rloo", ("--signal", "verifier", "--rows", "500",
+         "--budget", "low", "--no-sft-model"), "sft", then="rloo", cmd=("rlft rloo --prompts",)),
+    Case("flags: thumbs -> kto", ("--signal", "thumbs", "--rows", "2000", "--sft-model"), "kto",
+         cmd=("rlft kto --feedback FEEDBACK.jsonl --recipe recipes/kto_tiny.yaml",)),
+    Case("flags: thumbs, base model -> sft then kto", ("--signal", "thumbs", "--rows", "2000", "--no-sft-model"),
+         "sft", then="kto"),
+    Case("flags: teacher -> distill", ("--signal", "teacher", "--sft-model"), "distill",
+         cmd=("rlft distill --teacher TEACHER --prompts PROMPTS.jsonl --recipe recipes/distill_tiny.yaml",)),
+    Case("data: arith thumbs -> kto", ("--data", "data:arith/thumbs_train.jsonl"), "kto",
+         cmd=("rlft kto --feedback",)),
     # no model that answers usably yet -> SFT first
     Case("flags: pairs, base model -> sft then dpo", ("--signal", "pairs", "--rows", "2000", "--no-sft-model"), "sft",
          then="dpo",
@@ -252,7 +263,7 @@ def test_scenario(case: Case, files):
 
 def test_the_table_covers_each_method_and_enough_scenarios():
     assert len(CASES) >= 15
-    assert {c.method for c in CASES} == {"sft", "dpo", "grpo", "ppo"}
+    assert {c.method for c in CASES} == {"sft", "dpo", "grpo", "ppo", "kto", "rloo", "distill"}
     assert sum(c.args[0] == "--data" for c in CASES) >= 10
     assert sum(c.args[0] == "--signal" for c in CASES) >= 10
 
@@ -335,6 +346,9 @@ KNOWN_FLAGS = {  # the flags each method command takes (sft/dpo also checked aga
     "grpo": {"--prompts", "--verifier", "--recipe", "--model"},
     "reward": {"--pairs", "--recipe", "--model", "-o"},
     "ppo": {"--prompts", "--reward-model", "--recipe", "--model"},
+    "kto": {"--feedback", "--recipe", "--model"},
+    "rloo": {"--prompts", "--verifier", "--recipe", "--model"},
+    "distill": {"--teacher", "--prompts", "--recipe", "--model"},
 }
 
 

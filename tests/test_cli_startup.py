@@ -19,7 +19,7 @@ def test_help_lists_commands_and_is_quick():
     out = subprocess.run([sys.executable, "-m", "rlft", "--help"], capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     assert out.returncode == 0
-    for command in ("sft", "dpo", "eval", "init-model"):
+    for command in ("sft", "dpo", "eval", "init-model", "kto", "rloo", "distill"):
         assert command in out.stdout
     # The 0.3 s goal is measured by bench/; here only a generous bound that still catches a torch import.
     assert elapsed < 2.5, elapsed

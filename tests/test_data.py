@@ -72,10 +72,12 @@ def test_preference_identical_in_every_row_is_an_error(tmp_path):
                                               for i in range(100)])
     with pytest.raises(DataError, match="chosen equals rejected in all 100 rows"):
         validate_preference(read_rows(str(path)))
-    # One identical pair among good ones is for `data lint` to flag, not a hard error.
-    write_jsonl(path, [{"prompt": "a", "chosen": "x", "rejected": "x"},
-                       {"prompt": "b", "chosen": "y", "rejected": "z"}])
-    validate_preference(read_rows(str(path)))
+    # One identical pair among good ones is an error too (as in `data lint`), named by file:line.
+    write_jsonl(path, [{"prompt": "b", "chosen": "y", "rejected": "z"},
+                       {"prompt": "a", "chosen": "x", "rejected": "x"}])
+    with pytest.raises(DataError) as info:
+        validate_preference(read_rows(str(path)))
+    assert info.value.problems == [f"{path}:2: field 'chosen': equals rejected: no preference to learn"]
 
 
 def test_verifiable_rows_need_answer(tmp_path):

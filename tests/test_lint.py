@@ -58,7 +58,9 @@ def test_detect_kind_of_shipped_files(path, kind):
 
 
 def test_detect_kind_edge_cases():
-    assert detect_kind([{"prompt": "p", "completion": "c", "label": True}]) == "ratings"  # thumbs up/down
+    assert detect_kind([{"prompt": "p", "completion": "c", "label": True}]) == "thumbs"  # thumbs up/down
+    assert detect_kind([{"prompt": "p", "completion": "c", "label": 1}]) == "thumbs"  # linted: label not boolean
+    assert detect_kind([{"prompt": "p", "completion": "c", "label": True, "rating": 4}]) == "ratings"
     assert detect_kind([{"prompt": "p", "completion": "c", "score": "0.5"}]) == "ratings"  # CSV text number
     assert detect_kind([{"prompt": "p", "completion": "c"}]) == "demonstrations"
     assert detect_kind([{"text": "all of it"}]) == "demonstrations"

@@ -141,3 +141,30 @@ def test_each_stage_gets_its_recipe_data_and_verifier(tmp_path, monkeypatch):
     p2 = Pipeline(str(tmp_path / "g"), "held.jsonl")
     pipeline._grpo(p2, "m", "prompts.jsonl")  # no --verifier: the GRPO recipe keeps its own reward
     assert "--verifier" not in calls[-1] and p2.verifier == "math"
+
+
+def test_kto_rloo_and_distill_stages_get_their_recipe_and_data(tmp_path, monkeypatch):
+    """KTO reads the thumbs file, RLOO the prompts with the held-out rows, distill a teacher SFT'd first."""
+    import rlft.pipeline as pipeline
+
+    calls = []
+
+    def fake_rlft(*args):
+        calls.append(args)
+        out = Path(args[args.index("-o") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps({"status": "completed", "final_metrics": {}}))
+
+    monkeypatch.setattr(pipeline, "_rlft", fake_rlft)
+    monkeypatch.setattr(pipeline, "heldout_pass_at_1", lambda model, heldout, verifier, tokens: 0.5)
+    p = Pipeline(str(tmp_path), "held.jsonl")
+    pipeline._kto(p, "m", "thumbs.jsonl")
+    pipeline._rloo(p, "m", "prompts.jsonl")
+    pipeline._distill(p, "m", "base", "demos.jsonl", "recipes/sft_tiny.yaml", "prompts.jsonl")
+    kto, rloo, teacher, distill = (" ".join(c) for c in calls)
+    assert kto.startswith("kto --model m --recipe recipes/kto_tiny.yaml --feedback thumbs.jsonl")
+    assert "rloo --model m --recipe recipes/rloo_math_tiny.yaml --prompts prompts.jsonl --eval-data held.jsonl" in rloo
+    assert teacher.startswith("sft --model base --recipe recipes/sft_tiny.yaml --data demos.jsonl")
+    assert (f"distill --model m --recipe recipes/distill_tiny.yaml --teacher {tmp_path / 'teacher'} "
+            "--prompts prompts.jsonl --eval-data held.jsonl") in distill
+    assert [r.stage for r in p.rows] == ["kto", "rloo", "teacher", "distill"]

@@ -68,3 +68,21 @@ def test_reward_rejects_rows_without_rejected(cli, tmp_path):
     bad = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "1+1=", "chosen": "2"}])
     r = cli("reward", "--pairs", bad, "-o", tmp_path / "o")
     assert r.code == 2 and "p.jsonl:1: field 'rejected': missing" in r.err
+
+
+def test_lora_reward_run_scores_as_a_reward(cli, tmp_path):
+    """A LoRA reward run is an adapter folder: scoring it must give the base a one-output head (a plain
+    from_pretrained builds two and refuses the adapter's head) and read the same score batched or alone."""
+    from rlft.reward_scoring import RewardModelReward, score
+
+    out = tmp_path / "rm-lora"
+    r = cli("reward", "--pairs", DATA / "arith/pairs_train.jsonl", "-o", out, "--max-steps", "2", "--lora",
+            "--batch-size", "8", "--set", "reward.max_length=32")
+    assert r.code == 0, r.text
+    assert (out / "adapter_config.json").exists()
+    model, tok = RewardModelReward(str(out)).load()
+    assert model.config.num_labels == 1
+    prompts, answers = ["12+30=", "7+8="], ["42", "15 because seven and eight make fifteen"]
+    batched = score(model, tok, prompts, answers)
+    alone = [score(model, tok, [p], [a])[0] for p, a in zip(prompts, answers)]
+    assert max(abs(b - a) for b, a in zip(batched, alone)) < 1e-5 and batched[0] != batched[1]

@@ -137,13 +137,13 @@ def test_math_verifier_run_raises_no_alarm_and_logs_heldout_and_samples(cli, tmp
 def test_bad_holdout_file_fails_before_anything_is_written(cli, tmp_path):
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "1+1=", "answer": "two"}])
     out = tmp_path / "o"
-    r = cli("grpo", "--recipe", RECIPE, "-o", out, "--holdout", bad)
+    r = cli("grpo", "--recipe", RECIPE, "--model", "tiny", "-o", out, "--holdout", bad)  # a model that loads
     assert r.code == 2 and f"{bad}:1: field 'answer'" in r.err
     assert not out.exists()
 
 
 def test_unknown_alarm_in_watch_ignore_is_a_config_error(cli, tmp_path):
-    r = cli("grpo", "--recipe", RECIPE, "-o", tmp_path / "o", "--set", "watch.ignore=[zero_signals]")
+    r = cli("grpo", "--recipe", RECIPE, "--model", "tiny", "-o", tmp_path / "o", "--set", "watch.ignore=[zero_signals]")
     assert r.code == 2 and "did you mean 'zero_signal'" in r.err
     assert not (tmp_path / "o").exists()
 

@@ -10,6 +10,8 @@ never trained on by any stage, the other 7,900 feed the training sets:
   grpo_prompts.jsonl 1900  verifiable prompts {prompt, answer} for GRPO / PPO (the 1,900 SFT never saw)
   pairs_train.jsonl  2000  preference pairs {prompt, chosen, rejected}, sampled from the 7,900: chosen =
                            the right sum, rejected = a typical slip (carry dropped, off by one or ten)
+  thumbs_train.jsonl 4000  thumbs up/down {prompt, completion, label} for KTO, derived from pairs_train:
+                           each pair gives its chosen answer labelled true and its rejected one labelled false
 """
 
 from __future__ import annotations
@@ -52,6 +54,15 @@ def main() -> None:
                 rows.append({"prompt": prompt, "answer": str(a + b)})
         with open(out / f"{name}.jsonl", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
+        if name == "pairs_train":
+            with open(out / "thumbs_train.jsonl", "w") as f:
+                f.writelines(json.dumps(t) + "\n" for t in thumbs_from_pairs(rows))
+
+
+def thumbs_from_pairs(pairs: list[dict]) -> list[dict]:
+    """Unpaired thumbs rows from preference pairs: chosen -> label true, rejected -> label false."""
+    return [{"prompt": p["prompt"], "completion": p[key], "label": key == "chosen"}
+            for p in pairs for key in ("chosen", "rejected")]
 
 
 if __name__ == "__main__":

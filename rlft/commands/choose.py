@@ -1,4 +1,4 @@
-"""`rlft choose`: recommend SFT, DPO, GRPO or reward model + PPO from the signal the user really has.
+"""`rlft choose`: recommend SFT, DPO, KTO, GRPO, RLOO, reward model + PPO or distillation from the signal.
 
 Three ways in: flags (`--signal pairs --rows 2000`), data (`--data FILE`, read and linted, the signal
 inferred from the rows), or, with neither, questions on a terminal (without one it prints what it needs
@@ -14,8 +14,10 @@ import sys
 from enum import Enum
 from typing import Annotated, Optional
 
+import click
 import typer
 
+from rlft.commands.options import AsChat
 from rlft.errors import UserError
 
 
@@ -25,6 +27,8 @@ class SignalKind(str, Enum):
     verifier = "verifier"
     ratings = "ratings"
     taste = "taste"
+    thumbs = "thumbs"
+    teacher = "teacher"
 
 
 class Budget(str, Enum):
@@ -39,13 +43,15 @@ SIGNAL_HELP = {
     "verifier": "a program that checks answers (math, labels, JSON, unit tests)",
     "ratings": "a score (e.g. 1-5) per answer",
     "taste": "human judgement of quality that fixed pairs cannot cover",
+    "thumbs": "thumbs up/down (true/false) on single answers, unpaired",
+    "teacher": "a stronger model with the same tokenizer that you can run",
 }
 
 NEEDS_TEXT = (
     "rlft choose needs to know what signal you have. Either read it from your data:\n"
     "  rlft choose --data FILE [--data FILE ...]\n"
     "or say it with flags:\n"
-    "  rlft choose --signal demonstrations|pairs|verifier|ratings|taste --rows N "
+    "  rlft choose --signal demonstrations|pairs|verifier|ratings|taste|thumbs|teacher --rows N "
     "[--sft-model/--no-sft-model] [--budget low|medium|high]\n"
     "or run `rlft choose` on a terminal to be asked."
 )
@@ -63,12 +69,13 @@ def _is_terminal() -> bool:
 
 def choose(
     signal: Annotated[Optional[SignalKind], typer.Option(
-        "--signal", "-s", help="What you have: demonstrations, pairs, verifier, ratings, or taste (human "
-        "judgement that pairs cannot cover). With --data, only `taste` may be added.")] = None,
+        "--signal", "-s", help="What you have: demonstrations, pairs, verifier, ratings, taste (human "
+        "judgement that pairs cannot cover), thumbs (true/false labels) or teacher (a stronger model). With "
+        "--data, only `taste` (or `teacher`: the files are its prompts) may be added.")] = None,
     data: Annotated[Optional[list[str]], typer.Option(
         "--data", "-d", help="Data file(s) to read the signal from (.jsonl/.json/.csv). Repeatable.")] = None,
     rows: Annotated[Optional[int], typer.Option(
-        "--rows", "-n", min=0,
+        "--rows", "-n", min=1,
         help="How many rows you have (pairs, prompts, demonstrations); read from --data when given.")] = None,
     sft_model: Annotated[Optional[bool], typer.Option(
         "--sft-model/--no-sft-model", help="Your model already answers usably (SFT'd or instruct) / it is a "
@@ -91,14 +98,19 @@ def choose(
         "--num-generations", min=2, help="Pre-flight: samples per prompt (G).")] = 8,
     max_prompts: Annotated[int, typer.Option("--max-prompts", min=1, help="Pre-flight: prompts to sample.")] = 64,
     json_out: Annotated[bool, typer.Option("--json", help="Print the recommendation as one JSON object.")] = False,
+    as_chat: AsChat = False,
 ) -> None:
-    """Recommend SFT, DPO, GRPO or reward model + PPO for your signal, and the exact command to run next."""
+    """Recommend SFT, DPO, KTO, GRPO, RLOO, reward model + PPO or distillation, and the exact next command."""
     from rlft.choose import Signal, get_verifier, infer_signal, preflight, recommend
 
     kind = signal.value if signal else None
     common = {"has_sft_model": sft_model, "budget": budget.value if budget else None, "model": model,
               "format_only": format_only}
-    if data:
+    if data and kind == "teacher":  # the files are the prompts the student will sample on
+        from rlft.data import read_many
+
+        s = Signal(kind="teacher", rows=len(read_many(data)), paths=list(data), **common)
+    elif data:
         s = infer_signal(data, verifier=verifier, **common)
         if kind == "taste":
             if s.kind not in ("pairs", "ratings"):
@@ -112,7 +124,10 @@ def choose(
             if not s.verifier:
                 raise UserError("the pre-flight needs a verifier and none was recognised for these rows",
                                 "pass --verifier NAME")
-            preflight(s, num_generations=num_generations, max_prompts=max_prompts)
+            from rlft.data import wrap_as_chat
+
+            preflight(s, num_generations=num_generations, max_prompts=max_prompts,
+                      rows=wrap_as_chat(s.data_rows) if as_chat else None)
     else:
         if kind is None:
             if not _is_terminal():
@@ -128,11 +143,24 @@ def choose(
         if verifier:
             v = get_verifier(verifier)
             s.format_only = s.format_only or bool(getattr(v, "format_only", False))
+    _check_measured(pass_rate, mixed_fraction, num_generations)
     rec = recommend(s, pass_rate=pass_rate, mixed_fraction=mixed_fraction)
     if json_out:
         typer.echo(json.dumps(rec.as_dict(), indent=2))
     else:
         _print(rec)
+
+
+def _check_measured(pass_rate: float | None, mixed_fraction: float | None, g: int) -> None:
+    """A mixed group holds at least one pass and one fail among its G samples, so with a share p of passing
+    samples at most G*p (and G*(1-p)) of the groups can be mixed: 0 when p is 0 or 1."""
+    if pass_rate is None or mixed_fraction is None:
+        return
+    bound = min(1.0, g * pass_rate, g * (1 - pass_rate))
+    if mixed_fraction > bound + 1e-9:
+        raise UserError(f"--mixed-fraction {mixed_fraction:g} is impossible with --pass-rate {pass_rate:g} and "
+                        f"{g} samples per prompt (at most {bound:.3g} of the groups can be mixed)",
+                        "pass the numbers the pre-flight measured (rlft preflight), or drop one of them")
 
 
 # --------------------------------------------------------------------------- asking
@@ -153,8 +181,8 @@ def _ask() -> dict:
         typer.echo(f"  {name:<15} {text}", err=True)
     kind = _ask_choice("Signal", list(SIGNAL_HELP))
     what = {"demonstrations": "demonstrations", "pairs": "pairs", "verifier": "prompts", "ratings": "rated replies",
-            "taste": "comparison pairs"}[kind]
-    rows = typer.prompt(f"How many {what} do you have?", type=int)
+            "taste": "comparison pairs", "thumbs": "labelled answers", "teacher": "prompts"}[kind]
+    rows = typer.prompt(f"How many {what} do you have?", type=click.IntRange(min=1))
     answers: dict = {"kind": kind, "rows": rows}
     answers["has_sft_model"] = typer.confirm("Does your model already give usable answers (SFT'd or instruct)?",
                                              default=True)

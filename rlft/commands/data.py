@@ -20,6 +20,7 @@ class LintKind(str, Enum):
     pairs = "pairs"
     verifiable = "verifiable"
     ratings = "ratings"
+    thumbs = "thumbs"
 
 
 LEVEL_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
@@ -41,7 +42,7 @@ def lint(
                                                           "findings}]} as JSON.")] = False,
 ) -> None:
     """Lint training data: identical or duplicate pairs, empty fields, prompt leaks, length bias, unparseable
-    gold values, constant ratings. Exit 1 when any finding is an error."""
+    gold values, constant ratings, non-boolean or one-sided thumbs labels. Exit 1 when any finding is an error."""
     from rlft.choose import get_verifier
     from rlft.data import read_rows
     from rlft.errors import UserError
@@ -56,7 +57,7 @@ def lint(
         if k is None:
             cols = sorted({c for r in rows[:50] for c in r.data})
             raise UserError(f"{path}: cannot tell what kind of rows these are (columns: {', '.join(cols)})",
-                            "pass --kind demonstrations|pairs|verifiable|ratings")
+                            "pass --kind demonstrations|pairs|verifiable|ratings|thumbs")
         if verifier and k != "verifiable":
             raise UserError(f"--verifier given, but {path} holds {k} rows",
                             "drop --verifier, or pass --kind verifiable")

@@ -46,7 +46,7 @@ def dpo(
     flags = flags_of(**{"data.train": pairs,
                       **common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
                                       lora, on_alarm, holdout, holdout_verifier), "dpo.beta": beta})
-    cfg = resolve_config("dpo", recipe, flags, set_, print_config, resume)
+    cfg = resolve_config("dpo", recipe, flags, set_, print_config, resume, overwrite)
     from rlft.methods import dpo as method
 
     finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))

@@ -7,11 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlft.commands.options import out_console
+from rlft.commands.options import AsChat, err_console, out_console
 
 
 def eval_(
-    model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, .gguf file, `tiny` or `smollm2`.")],
     data: Annotated[str, typer.Option("--data", "-d", help="Verifiable rows: prompt + gold fields.")],
     verifier: Annotated[Optional[list[str]], typer.Option("--verifier", "-v", help="Score with a verifier "
                         "(NAME, NAME:WEIGHT, file.py:fn); default: exact match against `answer`.")] = None,
@@ -21,11 +21,16 @@ def eval_(
     max_new_tokens: Annotated[int, typer.Option(help="Generation budget per answer.")] = 32,
     limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N rows.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, pass_at_1, mean_reward} as JSON.")] = False,
+    as_chat: AsChat = False,
 ) -> None:
     """Greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples)."""
-    from rlft.data import read_rows, validate_verifiable
+    from rlft.checks import check_generation, probe_model
+    from rlft.data import read_rows, validate_verifiable, wrap_as_chat
 
+    check_generation(max_new_tokens, temperature, samples=samples, limit=limit)
     rows = read_rows(data, max_rows=limit)
+    if as_chat:
+        rows = wrap_as_chat(rows)
     if verifier:
         from rlft.verifiers.loading import load_verifiers, validate_gold
 
@@ -36,11 +41,15 @@ def eval_(
         scorer = None
     from rlft.quiet import quiet_libraries
 
+    probe_model(model)
     quiet_libraries()
+    from rlft.chat import plain_prompt_note
     from rlft.evaluate import evaluate_rows, exact_match
     from rlft.models import load_for_inference, load_tokenizer
 
     tok = load_tokenizer(model)
+    if note := plain_prompt_note(tok, rows, switch="--as-chat"):
+        err_console.print(f"[yellow]note[/]: {note}")
     net = load_for_inference(model)
     result = evaluate_rows(net, tok, [r.data for r in rows], scorer=scorer or exact_match,
                            max_new_tokens=max_new_tokens, samples=samples, temperature=temperature)

@@ -61,7 +61,7 @@ def grpo(
                       "grpo.filter_prompts": filter_prompts or None, "grpo.reward_model": reward_model})
     if reward_model and not verifier:
         flags["grpo.verifiers"] = ([], "--reward-model")  # the reward model is the only reward
-    cfg = resolve_config("grpo", recipe, flags, set_, print_config, resume)
+    cfg = resolve_config("grpo", recipe, flags, set_, print_config, resume, overwrite, check=not dry_run)
     if dry_run:
         _print_plan(cfg)
         raise typer.Exit(0)

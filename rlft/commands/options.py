@@ -15,11 +15,13 @@ from rich.console import Console
 
 from rlft.errors import UserError
 
-out_console = Console()
-err_console = Console(stderr=True)
+# emoji=False: rich would turn `file.jsonl:100:` (a file:line message) into an emoji
+out_console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 Recipe = Annotated[Optional[Path], typer.Option("--recipe", "-r", help="YAML recipe (see recipes/).")]
-Model = Annotated[Optional[str], typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")]
+Model = Annotated[Optional[str], typer.Option("--model", "-m",
+                                              help="Local folder, hub id, .gguf file, `tiny` or `smollm2`.")]
 OutputDir = Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Run folder.")]
 EvalData = Annotated[Optional[str], typer.Option("--eval-data", help="Held-out file for eval loss.")]
 MaxSteps = Annotated[Optional[int], typer.Option("--max-steps", help="Stop after N optimizer steps.")]
@@ -37,6 +39,8 @@ OnAlarm = Annotated[Optional[str], typer.Option("--on-alarm", help="warn (defaul
                                                 "checkpoint and ends the run when an alarm fires.")]
 Holdout = Annotated[Optional[str], typer.Option("--holdout", help="Held-out prompts + gold, scored greedily "
                                                 "every watch.holdout_every steps (reward-hacking check).")]
+AsChat = Annotated[bool, typer.Option("--as-chat", help="Wrap plain-string prompts as a user message, so the "
+                                      "model's chat template is applied.")]
 HoldoutVerifier = Annotated[Optional[str], typer.Option("--holdout-verifier", help="Verifier for --holdout "
                                                         "(default math).")]
 
@@ -52,7 +56,12 @@ def flags_of(**pairs) -> dict:
              "grpo.filter_prompts": "--filter-prompts", "dpo.beta": "--beta", "watch.on_alarm": "--on-alarm",
              "watch.holdout": "--holdout", "watch.holdout_verifier": "--holdout-verifier",
              "grpo.reward_model": "--reward-model", "ppo.verifiers": "--verifier",
-             "ppo.reward_model": "--reward-model", "ppo.max_memory_gb": "--max-memory"}
+             "ppo.reward_model": "--reward-model", "ppo.max_memory_gb": "--max-memory",
+             "kto.beta": "--beta", "kto.desirable_weight": "--desirable-weight",
+             "kto.undesirable_weight": "--undesirable-weight", "rloo.verifiers": "--verifier",
+             "rloo.num_generations": "--num-generations", "rloo.preflight": "--preflight",
+             "rloo.filter_prompts": "--filter-prompts", "rloo.reward_model": "--reward-model",
+             "distill.teacher_model_name_or_path": "--teacher"}
     return {key: (value, names.get(key, key)) for key, value in pairs.items() if value is not None}
 
 
@@ -65,11 +74,17 @@ def common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size
             "watch.on_alarm": on_alarm, "watch.holdout": holdout, "watch.holdout_verifier": holdout_verifier}
 
 
-def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, resume: bool = False):
+def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, resume: bool = False,
+                   overwrite: bool = False, check: bool = True):
+    """The validated config; then, unless --print-config (or `check` is off: a dry run that only plans),
+    every check that needs no data and no weights (rlft.checks: run folder vs inputs, --resume, models,
+    verifier plugins) before anything is written."""
+    from rlft.checks import check_before_run, expand_user_paths
     from rlft.config import resolve
     from rlft.run import default_output_dir
 
     cfg = resolve(method, recipe, flags, sets)
+    expand_user_paths(cfg)
     if resume and not cfg.train.output_dir:
         raise UserError("--resume needs the run folder", "pass --output-dir DIR of the interrupted run")
     if not cfg.train.output_dir:
@@ -77,6 +92,8 @@ def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, r
     if print_config:
         sys.stdout.write(cfg.to_yaml())  # plain text: rich would wrap long paths
         raise typer.Exit(0)
+    if check:
+        check_before_run(cfg, overwrite=overwrite, resume=resume)
     return cfg
 
 

@@ -57,7 +57,7 @@ def ppo(
                         "ppo.verifiers": verifier, "ppo.reward_model": reward_model, "ppo.max_memory_gb": max_memory})
     if reward_model and not verifier:
         flags["ppo.verifiers"] = ([], "--reward-model")  # the reward model is the only reward (as in grpo)
-    cfg = resolve_config("ppo", recipe, flags, set_, print_config, resume)
+    cfg = resolve_config("ppo", recipe, flags, set_, print_config, resume, overwrite)
     from rlft.methods import ppo as method
 
     finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))

@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
-from rlft.commands.options import out_console
+from rlft.commands.options import AsChat, err_console, out_console
 
 
 def preflight_(
-    model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, or `tiny`.")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Local folder, hub id, .gguf file, `tiny` or `smollm2`.")],
     prompts: Annotated[str, typer.Option("--prompts", "-d", help="Prompts with gold fields.")],
     verifier: Annotated[list[str], typer.Option("--verifier", "-v", help="Verifier spec(s).")],
     num_generations: Annotated[int, typer.Option("--num-generations", "-g", help="Samples per prompt (G).",
@@ -21,14 +21,19 @@ def preflight_(
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
     min_mixed: Annotated[float, typer.Option(help="Refuse below this share of mixed groups.")] = 0.1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    as_chat: AsChat = False,
 ) -> None:
     """Will GRPO learn? Sample G completions per prompt, score them, and say go or refuse (exit 3)."""
-    from rlft.data import read_rows
+    from rlft.checks import check_generation, probe_model
+    from rlft.data import read_rows, wrap_as_chat
     from rlft.preflight import run_preflight
 
-    result = run_preflight(model, read_rows(prompts), verifier, num_generations=num_generations,
+    check_generation(max_new_tokens, temperature, sampling=True)
+    probe_model(model)
+    rows = wrap_as_chat(read_rows(prompts)) if as_chat else read_rows(prompts)
+    result = run_preflight(model, rows, verifier, num_generations=num_generations,
                            max_prompts=max_prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                           min_mixed=min_mixed)
+                           min_mixed=min_mixed, console=err_console)
     if json_out:
         print(json.dumps(result.as_dict(), indent=2))
     else:

@@ -45,7 +45,7 @@ def sft(
     flags = flags_of(**{"data.train": data,
                       **common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
                                       lora, on_alarm, holdout, holdout_verifier)})
-    cfg = resolve_config("sft", recipe, flags, set_, print_config, resume)
+    cfg = resolve_config("sft", recipe, flags, set_, print_config, resume, overwrite)
     from rlft.methods import sft as method
 
     finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))

@@ -66,6 +66,41 @@ def hardware_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+# The trackers rlft documents and tests, with the package each needs; other names go through to
+# transformers / accelerate as given (mlflow, comet_ml, ...), which check them themselves.
+TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
+
+
+def tracker_names(report_to: Any) -> list[str]:
+    """`train.report_to` as a list of tracker names ([] for none), each named tracker's package installed.
+
+    The TRL methods hand report_to to transformers' Trainer; rlft's PPO hands the same list to accelerate's
+    trackers. Checked before the run folder is written, so a missing package is one line, not a traceback.
+    """
+    import importlib.util
+
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    names = [str(n) for n in names if n and n != "none"]
+    for name in names:
+        package = TRACKER_PACKAGES.get(name)
+        if package and importlib.util.find_spec(package) is None:
+            raise UserError(f"train.report_to={name} needs the {package} package, which is not installed",
+                            f"pip install {package}" + (" (or rlft[track])" if name == "tensorboard" else ""))
+    return names
+
+
+def tracker_config(cfg: RunConfig) -> dict[str, Any]:
+    """The resolved config flattened to `section.key` scalars, as trackers store hyperparameters."""
+    flat: dict[str, Any] = {}
+    for section, values in cfg.values.items():
+        if not isinstance(values, dict):
+            flat[section] = values if isinstance(values, (int, float, str, bool)) else str(values)
+            continue
+        for key, value in values.items():
+            flat[f"{section}.{key}"] = value if isinstance(value, (int, float, str, bool)) else str(value)
+    return flat
+
+
 def build_trl_config(cfg: RunConfig, config_cls, out: Path, has_eval: bool, **overrides: Any):
     """TRL config for a method: rlft's `train` + method section, hardware defaults, our logging choices."""
     kwargs = hardware_defaults(trl_kwargs(cfg, cfg.method))
@@ -112,9 +147,11 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
     main = is_main_process()
     console = process_console(console)
     train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed)  # validate before writing
+    tracker_names(cfg.train.report_to)  # a tracker whose package is missing: refused before writing
     watch = prepare_watch(cfg)  # thresholds, alarm names, the holdout file: also before writing
     if not resume and main:  # refuse a busy output_dir before any slow work
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
+    _plain_prompt_note(cfg, train_rows, console)
     if prepare:
         prepare(cfg, train_rows, eval_rows)
     if main:
@@ -131,11 +168,15 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
         if main:
             report_and_print(out, console)
 
-    record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train))
     interrupt = Interrupt()
     callback = None
-    with record.closing_on_error():
+    with record.closing_on_error():  # from here on, any ending is recorded in summary.json
+        record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train))
         try:
+            from rlft.data import PROGRESS_ROWS
+
+            if len(train_rows) >= PROGRESS_ROWS:
+                console.print(f"loading the model and tokenizing {len(train_rows):,} rows...", highlight=False)
             trainer = build(cfg, out, train_rows, eval_rows)
             callback = make_run_callback(out, interrupt, console, f"{cfg.method}", cfg=cfg, watch=watch)
             callback.attach(trainer)
@@ -180,6 +221,22 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
         finally:
             if callback is not None:
                 callback.close()
+
+
+def _plain_prompt_note(cfg: RunConfig, rows, console: Console) -> None:
+    """Say so before training when plain-string prompts meet a model with a chat template (rlft.chat)."""
+    from rlft.chat import has_plain_prompts, plain_prompt_note
+
+    if cfg.data.get("as_chat") or not has_plain_prompts(rows):
+        return
+    from rlft.models import load_tokenizer
+
+    try:
+        tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
+    except (UserError, OSError):  # the trainer's own load reports it
+        return
+    if note := plain_prompt_note(tok, rows):
+        console.print(f"[yellow]note[/]: {note}")
 
 
 def _drop_printer(trainer) -> None:

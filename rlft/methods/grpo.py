@@ -7,7 +7,9 @@ token-level loss normalisation) and adds, before any training step:
   - gold-field validation: every row carries the fields its verifiers need, parseable (file:line errors);
   - a pre-flight (on by default): sample G completions for some prompts and refuse the run when too few
     groups are mixed, since all-equal groups have zero advantage and teach nothing;
-  - optional prompt filtering to the prompts whose pre-flight group was mixed.
+  - optional prompt filtering to the prompts whose pre-flight group was mixed;
+  - generation stops at the chat template's end-of-turn token too (rlft.chat.stop_token_ids), not only at
+    the tokenizer's eos; with pad == eos (SmolLM2, Qwen2.5) TRL's mask keeps the first eos and drops the rest.
 After training, held-out pass@1 (greedy, scored by the same verifiers) goes into summary.json.
 """
 
@@ -18,16 +20,16 @@ from typing import Any
 
 from rich.console import Console
 
+from rlft import rollout_checks
 from rlft.config import RunConfig
 from rlft.methods.common import RunResult, build_trl_config, train_with
-from rlft.verifiers.loading import build_reward, load_verifiers, validate_gold
 
 KIND = "verifiable"
 
 
 def reward_function(cfg: RunConfig):
     """The GRPO run's reward: its verifiers, its reward model, or their sum (weights: NAME:WEIGHT)."""
-    return build_reward(list(cfg.grpo.verifiers), cfg.grpo.reward_model)
+    return rollout_checks.reward_function(cfg, "grpo")
 
 
 def plan(cfg: RunConfig, n_prompts: int) -> dict[str, Any]:
@@ -46,45 +48,7 @@ def plan(cfg: RunConfig, n_prompts: int) -> dict[str, Any]:
 
 def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> dict[str, Any]:
     """Before the run folder exists: validate gold, load the model, pre-flight, filter prompts."""
-    from rlft.models import load_model, load_tokenizer
-    from rlft.preflight import PreflightRefused, probe
-
-    specs = list(cfg.grpo.verifiers)
-    if not specs and not cfg.grpo.reward_model:
-        from rlft.errors import UserError
-
-        raise UserError("GRPO needs a reward: no verifier and no reward model given",
-                        "pass --verifier NAME (e.g. math) and/or --reward-model DIR")
-    reward_fn = reward_function(cfg)
-    if specs:
-        validate_gold(train_rows + eval_rows, specs)
-    tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
-    model = load_model(cfg.model)
-    result = None
-    if cfg.grpo.preflight or cfg.grpo.filter_prompts:
-        import torch
-
-        torch.manual_seed(cfg.train.seed)
-        n = len(train_rows) if cfg.grpo.filter_prompts else cfg.grpo.preflight_prompts
-        result = probe(model, tok, [r.data for r in train_rows], reward_fn,
-                       num_generations=cfg.grpo.num_generations, max_prompts=n,
-                       max_new_tokens=cfg.grpo.max_completion_length, temperature=cfg.grpo.temperature,
-                       min_mixed=cfg.grpo.min_mixed_fraction)
-        console.print(f"pre-flight: pass rate {result.pass_rate:.2f}, mixed groups {result.mixed_fraction:.2f}, "
-                      f"truncated {result.truncation_rate:.2f} over {result.prompts} prompts x "
-                      f"{result.num_generations} -> [bold]{result.verdict}[/]")
-        if result.verdict == "refuse" and cfg.grpo.preflight:
-            raise PreflightRefused(f"pre-flight refused: only {result.mixed_fraction:.0%} of groups have mixed "
-                                   f"rewards (pass rate {result.pass_rate:.0%}); all-equal groups teach nothing",
-                                   "; ".join(result.advice) + " (or --no-preflight to run anyway)")
-        if cfg.grpo.filter_prompts:
-            kept = [r for r, mixed in zip(train_rows, result.mixed) if mixed]
-            console.print(f"--filter-prompts: kept {len(kept)} of {len(train_rows)} prompts (mixed groups)")
-            if not kept:
-                raise PreflightRefused("--filter-prompts left no prompt with mixed rewards",
-                                       "; ".join(result.advice) or "use other prompts")
-            train_rows[:] = kept
-    return {"model": model, "tok": tok, "reward_fn": reward_fn, "preflight": result}
+    return rollout_checks.prepare(cfg, "grpo", train_rows, eval_rows, console)
 
 
 def build(cfg: RunConfig, out: Path, train_rows, eval_rows, model=None, tok=None, reward_fn=None,
@@ -102,20 +66,8 @@ def build(cfg: RunConfig, out: Path, train_rows, eval_rows, model=None, tok=None
 
 
 def heldout(cfg: RunConfig, trainer, eval_rows, reward_fn) -> dict[str, float]:
-    """Greedy pass@1 on held-out rows, scored by the verifiers (or, with a reward model as the only reward,
-    by watch.holdout_verifier), plus the training reward's mean on the same completions."""
-    from rlft.evaluate import evaluate_rows
-
-    budget = cfg.grpo.heldout_max_new_tokens or cfg.grpo.max_completion_length
-    rows = [r.data for r in eval_rows]
-    checker = load_verifiers(list(cfg.grpo.verifiers) or [cfg.watch.holdout_verifier])[0]
-    result = evaluate_rows(trainer.model, trainer.processing_class, rows, scorer=checker, max_new_tokens=budget)
-    out = {"heldout_pass_at_1": result.pass_at_1, "heldout_mean_reward": result.mean_reward}
-    if cfg.grpo.reward_model:
-        scores = reward_fn([s["completion"] for s in result.samples], prompts=[s["prompt"] for s in result.samples],
-                           **{k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"})
-        out["heldout_train_reward"] = sum(scores) / max(len(scores), 1)
-    return out
+    """Greedy pass@1 on held-out rows, scored by the verifiers (rlft.rollout_checks.heldout)."""
+    return rollout_checks.heldout(cfg, "grpo", trainer, eval_rows, reward_fn)
 
 
 def run(cfg: RunConfig, console: Console | None = None, **kwargs) -> RunResult:

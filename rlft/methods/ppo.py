@@ -62,7 +62,7 @@ from typing import Any
 from rich.console import Console
 
 from rlft.config import RunConfig
-from rlft.methods.common import RunResult
+from rlft.methods.common import RunResult, tracker_config, tracker_names
 from rlft.methods.ppo_rollout import heldout, policy_and_value, rollout, update
 from rlft.methods.ppo_setup import build_networks, check_config, memory_check, quiet, reward_function
 
@@ -123,6 +123,7 @@ def save_checkpoint(accelerator, out: Path, step: int, state: dict, limit: int |
 def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, console: Console | None = None) -> RunResult:
     """Validate, estimate memory, then train; see the module docstring. Returns the run's result."""
     from rlft.data import load_split
+    from rlft.methods.common import _plain_prompt_note as plain_prompt_note
     from rlft.monitor import Holdout, prepare_watch
     from rlft.run import (
         RunRecord,
@@ -147,6 +148,8 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     if eval_rows and not specs:
         validate_gold(eval_rows, check_specs)  # the held-out check scores them with watch.holdout_verifier
     watch = prepare_watch(cfg)
+    plain_prompt_note(cfg, train_rows, console)  # plain-string prompts on a chat model: say so, name the switch
+    tracker_names(cfg.train.report_to)  # a tracker whose package is missing: refused before writing
     if not resume and is_main_process():  # the main process alone checks, creates and writes the run folder
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
     import torch
@@ -167,18 +170,18 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
         (out / "config.yaml").write_text(cfg.to_yaml())
         write_json(out / "versions.json", versions())
     record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None, write=state.is_main_process)
-    record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train),
-                  memory_estimate_gb=round(memory["total_gb"], 4) if memory else None)
-    # held-out rows: data.eval (scored by the run's verifiers, else watch.holdout_verifier), else watch.holdout
-    heldout_rows, scorer = [r.data for r in eval_rows], None
-    if heldout_rows:
-        scorer = load_verifiers(check_specs)[0]
-    elif watch.holdout is not None:
-        heldout_rows, scorer = watch.holdout.rows, watch.holdout.scorer
-    budget = cfg.ppo.heldout_max_new_tokens or cfg.ppo.response_length
-    if watch.holdout is None and heldout_rows and cfg.train.eval_steps:
-        watch.holdout = Holdout(heldout_rows, scorer, check_specs[0], int(cfg.train.eval_steps), budget)
-    with record.closing_on_error():
+    with record.closing_on_error():  # from here on, any ending is recorded in summary.json
+        record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train),
+                      memory_estimate_gb=round(memory["total_gb"], 4) if memory else None)
+        # held-out rows: data.eval (scored by the run's verifiers, else watch.holdout_verifier), else watch.holdout
+        heldout_rows, scorer = [r.data for r in eval_rows], None
+        if heldout_rows:
+            scorer = load_verifiers(check_specs)[0]
+        elif watch.holdout is not None:
+            heldout_rows, scorer = watch.holdout.rows, watch.holdout.scorer
+        budget = cfg.ppo.heldout_max_new_tokens or cfg.ppo.response_length
+        if watch.holdout is None and heldout_rows and cfg.train.eval_steps:
+            watch.holdout = Holdout(heldout_rows, scorer, check_specs[0], int(cfg.train.eval_steps), budget)
         return _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budget, watch, console)
 
 
@@ -201,7 +204,12 @@ def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budg
     from rlft.report import report_and_print
     from rlft.run import Interrupt, last_checkpoint
 
-    accelerator = Accelerator()
+    trackers = tracker_names(cfg.train.report_to)  # train.report_to: the scalars of metrics.jsonl, under train/
+    accelerator = Accelerator(log_with=trackers or None, project_dir=str(out / "runs"))
+    if trackers:  # project "rlft" (tensorboard: RUN/runs/rlft/; TRL's methods write RUN/runs/<date>_<host>/)
+        names = {"wandb": {"name": out.name}, "trackio": {"name": out.name}}  # the run as the folder is called
+        accelerator.init_trackers("rlft", config=tracker_config(cfg),
+                                  init_kwargs={k: v for k, v in names.items() if k in trackers})
     set_seed(cfg.train.seed)
     main = accelerator.is_main_process
     tok, policy, ref, value = build_networks(cfg)
@@ -295,6 +303,7 @@ def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budg
                     rec["episodes_per_second"] = round((episodes - start_episodes) / (time.time() - start_time), 3)
                     window = {}
                     watcher.log(rec)
+                    _track(accelerator, rec, step)
                     refresh(rec)
                 h = watch.holdout
                 if h is not None and main and (step % h.every == 0 or step == total):
@@ -355,6 +364,14 @@ def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budg
         return RunResult("completed", out, 0, final)
     finally:
         watcher.close()
+        accelerator.end_training()
+
+
+def _track(accelerator, rec: dict, step: int) -> None:
+    """Send a logged record's numbers to the trackers of train.report_to (no-op without any)."""
+    if accelerator.trackers:
+        accelerator.log({f"train/{k}": v for k, v in rec.items() if k != "step" and isinstance(v, (int, float))
+                         and not isinstance(v, bool)}, step=step)
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

@@ -81,6 +81,22 @@ def kl_penalized_rewards(score: torch.Tensor, logp: torch.Tensor, ref_logp: torc
     return rewards * m, kl
 
 
+def response_mask(responses: torch.Tensor, stop_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mask, ended) of right-padded sampled responses: mask is 1.0 up to and including the first stop token
+    (eos or the chat template's end-of-turn), 0.0 after it; a response with none keeps every token. Only the
+    first stop counts, so a pad id equal to eos (SmolLM2, Qwen2.5, Llama 3) is padding after it.
+
+    >>> response_mask(torch.tensor([[5, 2, 2, 2], [5, 6, 7, 8], [2, 2, 9, 2]]), [2])[0].tolist()
+    [[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]]
+    """
+    is_stop = torch.isin(responses, torch.tensor(stop_ids, device=responses.device))
+    ended = is_stop.any(1)
+    width = responses.shape[1]
+    last = torch.where(ended, is_stop.int().argmax(1), torch.full_like(ended, width - 1, dtype=torch.long))
+    mask = (torch.arange(width, device=responses.device)[None, :] <= last[:, None]).float()
+    return mask, ended
+
+
 def last_index(mask: torch.Tensor) -> torch.Tensor:
     """Index of the last real token of each row (0 for an empty row)."""
     return (mask.long().sum(1) - 1).clamp(min=0)

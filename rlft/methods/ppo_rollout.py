@@ -94,8 +94,9 @@ def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Ca
     """Sample, score, run reference and value model, and compute advantages for one batch of rows."""
     import torch
 
+    from rlft.chat import stop_token_ids
     from rlft.evaluate import render_prompt
-    from rlft.methods.ppo_math import gae, kl_penalized_rewards, masked_mean, whiten
+    from rlft.methods.ppo_math import gae, kl_penalized_rewards, masked_mean, response_mask, whiten
 
     p = cfg.ppo
     prompts = [r["prompt"] for r in rows]
@@ -107,7 +108,7 @@ def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Ca
     finally:
         tok.padding_side = side
     plen = enc["input_ids"].shape[1]
-    eos, pad = tok.eos_token_id, tok.pad_token_id
+    stops, pad = stop_token_ids(tok, policy), tok.pad_token_id  # eos + the template's end-of-turn token
     chunks = []
     policy.eval()
     with torch.no_grad():
@@ -115,7 +116,7 @@ def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Ca
             ids, am = enc["input_ids"][s:s + p.forward_batch_size], enc["attention_mask"][s:s + p.forward_batch_size]
             out = policy.generate(input_ids=ids, attention_mask=am, do_sample=True, temperature=p.temperature,
                                   top_k=0, top_p=1.0, repetition_penalty=1.0, max_new_tokens=p.response_length,
-                                  eos_token_id=eos, pad_token_id=pad, output_logits=True,
+                                  eos_token_id=stops, pad_token_id=pad, output_logits=True,
                                   return_dict_in_generate=True)
             resp = out.sequences[:, plen:]
             logp_all = torch.log_softmax(torch.stack(out.logits, 1).float() / p.temperature, dim=-1)
@@ -131,10 +132,7 @@ def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Ca
     responses = torch.cat([right_pad(c[0], pad) for c in chunks])
     logprobs = torch.cat([right_pad(c[1], 0.0) for c in chunks])
     entropy = torch.cat([right_pad(c[2], 0.0) for c in chunks])
-    is_eos = responses == eos
-    ended = is_eos.any(1)
-    last = torch.where(ended, is_eos.int().argmax(1), torch.full_like(ended, width - 1, dtype=torch.long))
-    mask = (torch.arange(width, device=device)[None, :] <= last[:, None]).float()
+    mask, ended = response_mask(responses, stops)
     # trim to the longest real response: the update never pays for padding columns
     keep = int(mask.sum(1).max().item())
     responses, logprobs, entropy, mask = (x[:, :keep] for x in (responses, logprobs, entropy, mask))

@@ -2,8 +2,10 @@
 
 Rows are prompt/completion (loss on the completion only, TRL's default for that shape) or chat
 `messages`. For chats, rlft turns on TRL's assistant-only loss when the chat template marks assistant
-turns with `{% generation %}` (the tiny model's does); otherwise the whole conversation is learned, as in
-TRL's default.
+turns with `{% generation %}` (the tiny model's does) or TRL has a training variant of it (Qwen2.5, Llama 3,
+...); otherwise, unlike TRL (which then learns the whole chat), each chat's last assistant turn is learned
+as a completion (rlft.chat.sft_chat_loss), and the run says so before it starts.
+`sft.assistant_only_loss=false` learns whole chats.
 """
 
 from __future__ import annotations
@@ -31,15 +33,21 @@ def sft_columns(rows) -> tuple[str, ...]:
 def build(cfg: RunConfig, out: Path, train_rows, eval_rows):
     from trl import SFTConfig, SFTTrainer
 
-    from rlft.data import to_dataset
+    from rlft.chat import ASSISTANT_ONLY, LAST_TURN, sft_chat_loss
+    from rlft.data import last_turn_rows, to_dataset
     from rlft.models import load_model, load_tokenizer
 
     columns = sft_columns(train_rows + eval_rows)
     tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
     model = load_model(cfg.model)
     overrides = {"max_length": clamp_max_length(cfg.sft.max_length, model)}
-    if columns == ("messages",) and cfg.sft.get("assistant_only_loss") is None:
-        overrides["assistant_only_loss"] = "{% generation %}" in (tok.chat_template or "")
+    if columns == ("messages",):
+        mode, _ = sft_chat_loss(tok, cfg.sft.get("assistant_only_loss"))
+        if mode == ASSISTANT_ONLY:
+            overrides["assistant_only_loss"] = True  # TRL swaps in the training template when it needs one
+        elif mode == LAST_TURN:
+            train_rows, eval_rows = last_turn_rows(train_rows), last_turn_rows(eval_rows)
+            columns = ("prompt", "completion")
     args = build_trl_config(cfg, SFTConfig, out, bool(eval_rows), **overrides)
     trainer = SFTTrainer(model=model, args=args, processing_class=tok,
                          train_dataset=to_dataset(train_rows, columns),
@@ -51,5 +59,20 @@ def build(cfg: RunConfig, out: Path, train_rows, eval_rows):
     return trainer
 
 
-def run(cfg: RunConfig, **kwargs) -> RunResult:
-    return train_with(cfg, KIND, build, **kwargs)
+def run(cfg: RunConfig, console=None, **kwargs) -> RunResult:
+    from rlft.run import process_console
+
+    console = process_console(console)
+
+    def _prepare(cfg, train_rows, eval_rows):  # before the run folder is touched
+        if sft_columns(train_rows + eval_rows) != ("messages",):
+            return
+        from rlft.chat import sft_chat_loss
+        from rlft.models import load_tokenizer
+
+        tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
+        _, note = sft_chat_loss(tok, cfg.sft.get("assistant_only_loss"))
+        if note:
+            console.print(f"[yellow]note[/]: {note}")
+
+    return train_with(cfg, KIND, build, console=console, prepare=_prepare, **kwargs)

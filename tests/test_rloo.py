@@ -1,0 +1,65 @@
+"""RLOO (rlft rloo): GRPO's shared checks (pre-flight, gold), a 2-step run's metrics, and the gain (slow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import DATA, ROOT, write_jsonl
+
+PROMPTS = DATA / "arith/grpo_prompts.jsonl"
+HELDOUT = DATA / "arith/test.jsonl"
+RECIPE = ROOT / "recipes/rloo_math_tiny.yaml"
+
+
+def test_rloo_is_refused_on_a_random_model_and_writes_nothing(cli, tmp_path, tiny_dir):
+    out = tmp_path / "rloo"
+    r = cli("rloo", "--prompts", PROMPTS, "--verifier", "math", "--model", "tiny", "-o", out,
+            "--set", "rloo.max_completion_length=4", "--set", "rloo.preflight_prompts=8")
+    assert r.code == 3, r.text
+    assert "pre-flight refused" in r.err and "SFT it first" in r.err
+    assert not out.exists()
+
+
+def test_rloo_rejects_gold_the_verifier_cannot_parse(cli, tmp_path):
+    data = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": "four"}])
+    r = cli("rloo", "--prompts", data, "--verifier", "math", "-o", tmp_path / "rloo")
+    assert r.code == 2 and f"{data}:2" in r.err, r.text
+    assert not (tmp_path / "rloo").exists()
+
+
+def test_rloo_config_errors_exit_2(cli, tmp_path):
+    r = cli("rloo", "--prompts", PROMPTS, "--num-generations", "1", "-o", tmp_path / "rloo")
+    assert r.code == 2 and "rloo.num_generations" in r.err, r.text
+    r = cli("rloo", "--prompts", PROMPTS, "--set", "rloo.epsilon_hgih=0.3", "-o", tmp_path / "rloo")
+    assert r.code == 2 and "did you mean 'epsilon_high'" in r.err, r.text
+
+
+def test_rloo_two_steps_write_metrics_and_heldout(cli, tmp_path, sft_model):
+    out = tmp_path / "rloo"
+    r = cli("rloo", "--recipe", RECIPE, "--model", sft_model, "-o", out, "--max-steps", "2", "--no-preflight",
+            "--batch-size", "16", "--set", "train.logging_steps=1", "--eval-data", HELDOUT,
+            "--set", "data.max_rows=64")
+    assert r.code == 0, r.text
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in logged if "reward" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    assert all(0.0 <= m["frac_reward_zero_std"] <= 1.0 and 0.0 <= m["reward"] <= 1.0 for m in steps)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["global_step"] == 2
+    assert 0.0 <= summary["final_metrics"]["heldout_pass_at_1"] <= 1.0
+
+
+@pytest.mark.slow
+def test_rloo_raises_heldout_pass_at_1_by_10_points(cli, tmp_path, sft_short):
+    import time
+
+    before = json.loads(cli("eval", "--model", sft_short, "--data", HELDOUT, "--verifier", "math", "--json").out)
+    start = time.time()
+    out = tmp_path / "rloo-full"
+    r = cli("rloo", "--recipe", RECIPE, "--prompts", PROMPTS, "--model", sft_short, "-o", out)
+    assert r.code == 0, r.text
+    elapsed = time.time() - start
+    after = json.loads(cli("eval", "--model", out, "--data", HELDOUT, "--verifier", "math", "--json").out)
+    print(f"RLOO: held-out pass@1 {before['pass_at_1']:.3f} -> {after['pass_at_1']:.3f} in {elapsed:.0f}s")
+    assert after["pass_at_1"] >= before["pass_at_1"] + 0.10
