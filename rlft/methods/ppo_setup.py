@@ -155,7 +155,7 @@ def build_networks(cfg: RunConfig):
         if m is not None:
             _no_dropout(m)
     checkpointing = cfg.train.gradient_checkpointing
-    if checkpointing is None:  # rlft's hardware default: on GPUs, off on the CPU (it costs 15-20%)
+    if checkpointing is None:  # rlft's hardware default (common.hardware_defaults): on GPUs, off on the CPU
         checkpointing = torch.cuda.is_available()
     if checkpointing:
         for m in (policy, value):
