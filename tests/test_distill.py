@@ -31,7 +31,9 @@ def test_teacher_with_another_tokenizer_is_refused_and_nothing_is_written(cli, t
     r = cli("distill", "--teacher", teacher, "--prompts", PROMPTS, "--model", sft_model, "-o", out, *FAST)
     assert r.code == 2, r.text
     assert "has a different tokenizer" in r.err and "2 token ids differ" in r.err
-    assert len(r.err.strip().splitlines()) == 2  # one line: the problem, one line: the fix
+    lines = r.err.strip().splitlines()  # one line: the problem, one line: the fix (after any earlier notes)
+    assert lines[-2].startswith("error: teacher") and lines[-1].strip().startswith("fix:"), r.err
+    assert sum(line.startswith("error:") for line in lines) == 1, r.err
     assert not out.exists()
 
 
