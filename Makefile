@@ -36,6 +36,10 @@ PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	@# The code verifier's sandbox needs bubblewrap; installed here where apt and root are available.
+	@command -v bwrap >/dev/null 2>&1 || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; else echo "note: bubblewrap (bwrap) \
+	is missing: the code verifier will refuse to run; install it (apt-get install bubblewrap)"; fi; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \

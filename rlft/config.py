@@ -60,8 +60,7 @@ LORA = {
 
 SCHEMA: dict[str, dict[str, Any]] = {
     "model": {
-        "name_or_path": Field("str", "tiny", "local folder, hub id, .gguf file, or the built-in `tiny` / `smollm2`",
-                              nullable=False),
+        "name_or_path": Field("str", "tiny", "folder, hub id, .gguf file, `tiny` or `smollm2`", nullable=False),
         "dtype": Field("str", "auto", "weights dtype; auto = bf16 on GPUs that have it, else fp32",
                        choices=("auto", "float32", "bfloat16", "float16")),
         "revision": Field("str", None, "hub revision (branch, tag or commit)"),

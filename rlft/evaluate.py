@@ -1,7 +1,7 @@
 """Generation and held-out evaluation shared by `rlft eval`, pre-flight and the RL methods.
 
 Prompts are rendered the way the trainers render them: a string prompt is used as is (TRL's
-non-conversational format; `rlft.data.as_chat` wraps it as a user message), a message list goes through the
+non-conversational format; `rlft.data.wrap_as_chat` makes it a user message), a message list goes through the
 tokenizer's chat template with the generation prompt added. Generation stops at eos or the template's
 end-of-turn token (rlft.chat.stop_token_ids); completions are decoded without special tokens. Scoring is
 exact match against `answer` unless a scorer (a verifier) is given.
@@ -27,7 +27,7 @@ def generate(model, tok, prompts: Sequence[Any], **kwargs: Any) -> list[list[str
 def generate_detailed(model, tok, prompts: Sequence[Any], *, max_new_tokens: int = 32, do_sample: bool = False,
                       temperature: float = 1.0, num_return_sequences: int = 1,
                       batch_size: int = 64) -> list[list[tuple[str, bool]]]:
-    """Like `generate`, with each completion paired with whether it ended (emitted eos) in budget."""
+    """Like `generate`, with each completion paired with whether it ended (emitted a stop token) in budget."""
     import torch
 
     from rlft.chat import stop_token_ids

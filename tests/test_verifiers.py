@@ -323,7 +323,7 @@ def test_resolve_plugin(plugin):
     assert verifier.description.startswith("A deliberately bad verifier")
     assert verifier.fn(["x46y"], answer=["46"]) == [1.0]
     verifier, weight = resolve(f"{plugin}:exact:0.25")
-    assert (verifier.gold_fields, weight) == ((), 0.25)
+    assert (verifier.gold_fields, weight) == (("answer",), 0.25)  # no attribute: the required parameters
 
 
 @pytest.mark.parametrize("spec,message,fix", [
@@ -463,6 +463,48 @@ def test_verify_command_stress(app, tmp_path, plugin):
     assert {f["name"] for f in report["families"]} >= {"empty", "all_candidates"}
     bad = CliRunner().invoke(app, ["verify", f"{plugin}:contains", "--data", str(data), "--stress"])
     assert bad.exit_code == 1 and "GAMEABLE" in bad.output
+
+
+NAIVE = '''
+def naive(completions, answer, **kwargs):
+    return [1.0 if str(a) in c else 0.0 for c, a in zip(completions, answer)]
+
+def unnamed(completions, **kwargs):
+    return [1.0 if str(a) in c else 0.0 for c, a in zip(completions, kwargs["solution"])]
+'''
+
+
+def test_stress_takes_gold_fields_from_the_signature(app, tmp_path):
+    path = tmp_path / "naive.py"
+    path.write_text(NAIVE)
+    data = _jsonl(tmp_path / "rows.jsonl", [{"prompt": "12+34=", "answer": "46", "solution": "46"},
+                                            {"prompt": "50+48=", "answer": "98", "solution": "98"}])
+    result = CliRunner().invoke(app, ["verify", f"{path}:naive", "--data", str(data), "--stress", "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.output)
+    accepted = {f["name"] for f in report["families"] if f["must_fail"] and f["acceptance"] > 0}
+    assert report["gameable"] and {"all_candidates", "wrapped_junk"} <= accepted and report["untested"] == []
+    table = CliRunner().invoke(app, ["verify", f"{path}:naive", "--data", str(data), "--stress"])
+    assert table.exit_code == 1 and "gameable: junk completions earn reward (all_candidates" in table.output
+
+
+def test_stress_reports_families_it_could_not_build(app, tmp_path):
+    path = tmp_path / "naive.py"
+    path.write_text(NAIVE)
+    data = _jsonl(tmp_path / "rows.jsonl", [{"prompt": "12+34=", "solution": "46"},
+                                            {"prompt": "50+48=", "solution": "98"}])
+    blind = CliRunner().invoke(app, ["verify", f"{path}:unnamed", "--data", str(data), "--stress", "--json"])
+    report = json.loads(blind.output)
+    assert blind.exit_code == 0 and not report["gameable"]  # nothing it could test games it...
+    assert set(report["untested"]) == {"all_candidates", "other_gold", "wrapped_junk"}  # ...and it says so
+    by_name = {f["name"]: f for f in report["families"]}
+    assert not by_name["all_candidates"]["tested"] and "--gold" in by_name["all_candidates"]["why_not"]
+    table = CliRunner().invoke(app, ["verify", f"{path}:unnamed", "--data", str(data), "--stress"])
+    assert "not tested" in table.output and "NOT TESTED: all_candidates" in table.output
+    assert "not gameable by these families" not in table.output
+    named = CliRunner().invoke(app, ["verify", f"{path}:unnamed", "--data", str(data), "--stress", "--gold",
+                                     "solution"])
+    assert named.exit_code == 1 and "GAMEABLE" in named.output
 
 
 @pytest.mark.parametrize("name,rows,message", [

@@ -6,7 +6,10 @@ scored: a table, or with `--json` a list with one object per row, in file order 
 rows without a completion get `reward: null`). Rewards are unweighted: a NAME:WEIGHT spec is accepted
 and its weight ignored here. With `--stress` the rows' gold values seed junk
 completions (rlft/verifiers/stress.py) and the acceptance of each family is printed; the exit code is
-1 when a must-fail family was accepted (the verifier is gameable), else 0. Bad input (unknown verifier,
+1 when a must-fail family was accepted (the verifier is gameable), else 0. A plugin's gold fields are
+its `gold_fields` attribute, else its required parameters (`fn(completions, answer, **kw)` -> answer);
+`--gold FIELD` names them outright. A family that cannot be built from the rows (no gold field known,
+a single distinct gold) is reported as "not tested", never as passed. Bad input (unknown verifier,
 bad JSON, a missing or unparseable gold field) is a UserError: `error: ...` and exit 2.
 """
 
@@ -32,11 +35,18 @@ def verify(
     stress: Annotated[bool, typer.Option(
         "--stress", help="Score junk completions built from the gold values; exit 1 when any must-fail "
                          "family is accepted.")] = False,
+    gold: Annotated[list[str] | None, typer.Option(
+        "--gold", help="Row field holding the gold value (repeatable); default: the verifier's own gold "
+                       "fields, for a plugin its required parameters.")] = None,
 ) -> None:
     """Score completions with a verifier, or check with --stress that junk cannot earn reward."""
+    from dataclasses import replace
+
     from rlft.verifiers import check_rows, resolve
 
     verifier, _weight = resolve(name)
+    if gold:
+        verifier = replace(verifier, gold_fields=tuple(dict.fromkeys(g.strip() for g in gold if g.strip())))
     rows = read_jsonl(data)
     problems = check_rows(verifier, rows, str(data))
     if problems:
@@ -94,12 +104,12 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
 
 
 def _stress(verifier: Any, rows: list[dict], json_out: bool) -> None:
-    from rlft.verifiers import gameable, stress
+    from rlft.verifiers.stress import gameable, stress, untested
 
     results = stress(verifier, rows)
-    bad = gameable(results)
+    bad, missing = gameable(results), untested(results)
     if json_out:
-        typer.echo(json.dumps({"verifier": verifier.name, "gameable": bad,
+        typer.echo(json.dumps({"verifier": verifier.name, "gameable": bad, "untested": missing,
                                "families": [r.as_dict() for r in results]}))
     else:
         from rich.console import Console
@@ -110,14 +120,24 @@ def _stress(verifier: Any, rows: list[dict], json_out: bool) -> None:
         for column in ("family", "must fail", "accepted", "n", "verdict", "example"):
             table.add_column(column)
         for r in results:
-            verdict = ("GAMEABLE" if r.acceptance > 0 else "ok") if r.must_fail else "info"
-            style = {"GAMEABLE": "bold red", "ok": "green", "info": "dim"}[verdict]
-            table.add_row(r.name, "yes" if r.must_fail else "no", f"{r.acceptance:.0%}", str(r.n),
-                          Text(verdict, style=style), Text(r.example))
+            if not r.tested:
+                verdict = "not tested"
+            else:
+                verdict = ("GAMEABLE" if r.acceptance > 0 else "ok") if r.must_fail else "info"
+            style = {"GAMEABLE": "bold red", "ok": "green", "info": "dim", "not tested": "yellow"}[verdict]
+            table.add_row(r.name, "yes" if r.must_fail else "no", f"{r.acceptance:.0%}" if r.tested else "-",
+                          str(r.n), Text(verdict, style=style), Text(r.example if r.tested else r.why_not))
         console = Console()
         console.print(table)
-        console.print(Text("gameable: junk completions earn reward; tighten the verifier" if bad else
-                           "not gameable by these families", style="bold red" if bad else "green"))
+        if bad:
+            games = ", ".join(r.name for r in results if r.must_fail and r.tested and r.acceptance > 0)
+            console.print(Text(f"gameable: junk completions earn reward ({games}); tighten the verifier",
+                               style="bold red"))
+        elif missing:
+            console.print(Text(f"not gameable by the families tested; NOT TESTED: {', '.join(missing)} (see the "
+                               "table; --gold FIELD names the gold field)", style="yellow"))
+        else:
+            console.print(Text("not gameable by these families", style="green"))
     if bad:
         raise typer.Exit(1)
 

@@ -3,14 +3,16 @@
 The code is the last ```python (or ```py, or bare ```) fenced block of the completion, else the whole
 completion; an unclosed fence (generation cut off) counts from the fence to the end. `tests` is a
 string of Python (each `assert` ends one test; setup lines join the next assert) or a list of test
-strings. Each completion runs in its own sandboxed process (see `rlft.verifiers.sandbox`): the code
-first, then every test in a copy of the code's namespace, so one failing test does not hide the
-others. Reward = passed / total, so partial credit is built in.
+strings. Each test of each completion runs in its own sandboxed process (see `rlft.verifiers.sandbox`:
+bubblewrap isolation, verdicts decided in the parent), so one failing test does not hide the others.
+Reward = passed / total, so partial credit is built in.
 
-Anti-gaming, from the sandbox: `os._exit(0)` before the tests scores 0 (passes are reported with a
-nonce only the harness holds), and an object whose `__eq__` always returns True does not equal a
-built-in expected value. Tests the code can read cannot be special-cased either: they reach the
-sandbox on stdin, never as a file.
+Anti-gaming, from the sandbox: the expected side of each `assert LHS == RHS` never enters the code's
+process, so printing a fake report, `os._exit(0)` or an object whose `__eq__` always returns True scores
+0; and the code never sees the other tests.
+
+Isolation: without bubblewrap the verifier refuses (`apt-get install bubblewrap`); RLFT_CODE_ISOLATION=none
+runs the code with resource limits only, after a loud warning.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import ast
 import re
 from typing import Any
 
-from rlft.verifiers import sandbox
+from rlft.verifiers import sandbox, sandbox_isolation
 from rlft.verifiers.common import column, completion_text
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
@@ -28,7 +30,7 @@ LIMITS = sandbox.Limits()
 
 
 def code_reward(completions: list, tests: list, **kwargs: Any) -> list[float | None]:
-    """Fraction of each row's tests that the completion's code passes.
+    """Fraction of each row's tests that the completion's code passes (UserError when isolation is missing).
 
     >>> code_reward(["```python\\ndef add(a, b):\\n    return a + b\\n```", "def add(a, b): return a - b"],
     ...             tests=["assert add(1, 2) == 3\\nassert add(0, 0) == 0"] * 2)
@@ -48,6 +50,7 @@ def code_reward(completions: list, tests: list, **kwargs: Any) -> list[float | N
             slots.append(len(out))
             jobs.append((code, cases))
             out.append(0.0)
+    sandbox_isolation.require()  # refuses before anything runs, even for a batch with no code
     for slot, result in zip(slots, sandbox.run_many(jobs, LIMITS)):
         out[slot] = result.fraction
     return out
@@ -79,6 +82,11 @@ def gold_tests(tests: Any) -> list[str] | None:
     return None
 
 
+def require_isolation() -> None:
+    """UserError (one line, naming the package to install) when the sandbox cannot isolate code."""
+    sandbox_isolation.require()
+
+
 def check_gold(field: str, value: Any) -> str | None:
     """None when `value` is a usable test string or list of test strings, else why not."""
     cases = gold_tests(value)
@@ -89,6 +97,8 @@ def check_gold(field: str, value: Any) -> str | None:
             tree = ast.parse(case)
         except SyntaxError as exc:
             return f"test {i} is not valid Python: {exc.msg} (line {exc.lineno})"
+        except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, lone surrogates, deep nesting
+            return f"test {i} is not valid Python: {type(exc).__name__}: {str(exc)[:80]}"
         if not any(isinstance(node, ast.Assert) for node in ast.walk(tree)):
             return f"test {i} has no assert, so it cannot fail: {case[:60]!r}"
     return None

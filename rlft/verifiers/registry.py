@@ -6,7 +6,8 @@ A spec is one of
   path/to/file.py:function   a plugin: the file is loaded with importlib and `function` is the reward
   path/to/file.py:function:WEIGHT
 A plugin function has TRL's reward signature `fn(completions, **row_fields) -> list[float | None]`; it
-may carry attributes `gold_fields` (tuple of row fields it needs, default ()), `check_gold`,
+may carry attributes `gold_fields` (tuple of row fields it needs; default: its required parameters other
+than TRL's own, e.g. `answer` in `fn(completions, answer, **kwargs)`), `check_gold`,
 `format_only` and `partial_credit`, read the same way as the fields of `Verifier`.
 
 The registry is one explicit dict: adding a built-in means adding a line to REGISTRY.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib.util
+import inspect
 import math as pymath
 import sys
 from collections.abc import Callable, Sequence
@@ -85,6 +87,8 @@ def resolve(spec: str) -> tuple[Verifier, float]:
     name, sep, weight_text = spec.partition(":")
     weight = _weight(weight_text, spec) if sep else 1.0
     if name in REGISTRY:
+        if name == "code":
+            code_.require_isolation()  # refuse before any data is read or folder made
         return REGISTRY[name], weight
     plugins = _entry_points()
     if name in plugins:
@@ -218,11 +222,33 @@ def _from_object(name: str, obj: Any, where: str) -> Verifier:
     if not callable(obj):
         raise UserError(f"{where} is not a function", "point at a function fn(completions, **row_fields)")
     doc = (getattr(obj, "__doc__", None) or "").strip().splitlines()
-    fields = getattr(obj, "gold_fields", ())
+    fields = getattr(obj, "gold_fields", None)
+    if fields is None:
+        fields = signature_gold_fields(obj)
     return Verifier(name=name, fn=obj, gold_fields=(fields,) if isinstance(fields, str) else tuple(fields),
                     check_gold=getattr(obj, "check_gold", _accept_any), description=doc[0] if doc else "",
                     format_only=bool(getattr(obj, "format_only", False)),
                     partial_credit=bool(getattr(obj, "partial_credit", False)))
+
+
+# What TRL's GRPOTrainer passes besides the dataset's columns (trl/trainer/grpo_trainer.py, reward_kwargs)
+_TRL_ARGS = {"completions", "prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+
+
+def signature_gold_fields(fn: Any) -> tuple[str, ...]:
+    """The row fields a plugin names as required parameters: `fn(completions, answer, **kw)` -> ('answer',).
+
+    >>> def naive(completions, answer, prompts=None, **kwargs): ...
+    >>> signature_gold_fields(naive)
+    ('answer',)
+    """
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(p.name for p in params
+                 if p.kind in kinds and p.default is inspect.Parameter.empty and p.name not in _TRL_ARGS)
 
 
 def _entry_points() -> dict[str, Any]:

@@ -1,80 +1,84 @@
-"""Run untrusted Python (model-written code and its tests) in a separate, locked-down process.
+"""Run untrusted Python (model-written code) against tests, isolated by the OS, with verdicts the code cannot write.
 
-Layers, each applied where the host allows it:
-1. A fresh interpreter, `python -I -S -B -c <child>`: isolated mode (no PYTHON* variables, no user site,
-   no script dir on sys.path), no site-packages, no .pyc writes. Its working directory is a fresh
-   temporary folder, deleted afterwards; its environment is only PATH and HOME=<that folder>; its
-   stdin is /dev/null once the job has been read; it leads its own process group, which the parent
-   kills whole at the wall-clock timeout.
-2. Resource limits: RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_CORE=0.
-   RLIMIT_NPROC counts every process and thread of the user, and root ignores it.
-3. Kernel isolation when running as root: a new network namespace (unshare(CLONE_NEWNET); no interface
-   is up there, so even 127.0.0.1 is unreachable), no_new_privs, and a switch to `nobody` when the
-   interpreter's stdlib is readable by others (then file permissions protect the host and NPROC
-   applies). Each step is skipped quietly where it fails; `SandboxResult.protections` says which held.
-4. A PEP 578 audit hook, installed before the untrusted code runs, refusing: process creation (fork,
-   exec, spawn, system, subprocess), signals to other processes, sockets, ctypes and other unsafe
-   native modules, raising rlimits, writes outside the work dir, reads outside the work dir and the
-   stdlib (so no /proc/<parent>/environ), and the introspection that could reach the harness: frames,
-   gc, tracing, code-object surgery, signal handlers (which receive frames).
+Threat model. The code is hostile and knows this file: it may patch builtins, read and write its own
+process memory (/proc/self/mem), replace any file descriptor, print anything, exit with any status,
+fork, sleep, allocate, fill its disk, and try to reach the host. Nothing inside its process is trusted,
+so the defenses are outside it:
 
-Where this departs from common practice:
-- Limits and namespaces are set by the child's own startup code, not in `preexec_fn`: the
-  subprocess docs call preexec_fn unsafe in a threaded parent, and `run_many` uses threads.
-- A pass is reported with a per-run random nonce that only the harness holds (sent on stdin, kept in
-  one local variable), one line per test, on a pipe of its own. An exit status proves nothing: code
-  that calls `os._exit(0)` before the tests run must not score.
-- The tests' comparisons are rewritten (`a == b` -> `__rlft_cmp__(("==",), (a, b))`) so that an
-  object whose `__eq__` always returns True (the "AlwaysEqual" hack) does not equal a built-in
-  expected value; containers are compared element by element; values of the code's own classes
-  still compare with their own `__eq__`. The tests also get the builtins as they were before the code
-  ran (`builtins.sorted = lambda x: [1, 2, 3]` does not reach them); stdlib modules are shared.
-- The environment also holds LC_CTYPE=C.UTF-8 when the host locale is C: the interpreter sets it
-  itself at startup (PEP 538).
+1. Isolation (`rlft.verifiers.sandbox_isolation`): every process runs under bubblewrap as uid 65534
+   with no capabilities, in its own PID/network/mount/IPC/UTS namespaces, under a seccomp filter,
+   seeing only a read-only interpreter + stdlib and a size-capped tmpfs work dir; the verifier and
+   every host process are outside its PID namespace (it cannot see or signal them), the host network
+   is unreachable, and nothing it writes persists. The parent kills the whole PID namespace at the
+   wall-clock timeout. Inside, the harness sets rlimits (CPU, address space, file size, processes,
+   fds, no core files); the kernel enforces them and an unprivileged process cannot raise them.
+2. Verdicts in the parent (`rlft.verifiers.sandbox_harness`): each test runs in a process of its own
+   (test N cannot see test M or its result). A test `assert LHS == RHS` is split: a literal side, or
+   a side that evaluates without the solution (in a separate sandboxed process that never sees the
+   code), is the expected value and stays in the parent; the solution's process is sent only the other
+   side's expression (and the setup lines that expression needs), evaluates it, and reports the value
+   as plain data. Names the test sets up (`x = [3, 1, 2]`) are sent as values computed without the
+   code, so a setup line that also holds an expected value is not sent. The parent compares. The
+   process's report must be exactly one well-formed line from a process that exited 0; anything else
+   (a forged second line, junk, `os._exit(0)` before reporting) fails. So the only way to pass such a
+   test is to produce its expected value, which is never inside the process: forging the report is as
+   hard as solving that test. An object whose `__eq__` always returns True has no plain-data encoding
+   and fails. A test given with several top-level asserts is split into parts (one process each; the
+   test passes when all do), and a HumanEval-style `def check(candidate)` of plain asserts called as
+   `check(fn)` becomes one test per assert (`inline_check`).
+3. Limits of the guarantee: an *opaque* test (no side computable without the code, e.g.
+   `assert f(2) == f(1) + 1`, an assert inside a loop or branch, or a `check` function with more than
+   plain asserts) runs whole in the solution's process, and its pass is that process's own report:
+   code that writes a well-formed report and exits forges it. A setup statement that needs the code
+   (`r = f(2)`) is sent as source, so one that also assigns the expected value (`r, want = f(2), 4`)
+   leaks it. Gold tests should put the expected value on its own side of `==`. A side counts as
+   expected when it evaluates without the code, so a test of a function that shadows a builtin
+   (`assert max(1, 2) == 2` for a task "write max") is judged against the builtin.
+4. A hostile-output parent: it never compiles or runs the code itself, reads only pipes (never files
+   the code wrote), keeps a bounded prefix of each, parses the report as JSON into plain data (depth,
+   size and hash collisions bounded), strips control characters from the messages it passes on, and
+   one process's failure scores that test 0 and never ends the batch.
 
-This is defense in depth, not a security boundary against a determined attacker (PEP 578 says as much
-of audit hooks); for hostile code at scale run the trainer itself in a container or VM.
+`RLFT_CODE_ISOLATION=none` drops layer 1 (rlimits and process-group kill only; a loud warning).
 """
 
 from __future__ import annotations
 
 import ast
-import inspect
-import json
 import os
-import pwd
-import secrets
-import shutil
 import signal
-import stat
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cache
+
+from rlft.verifiers import sandbox_harness as harness
+from rlft.verifiers import sandbox_isolation as isolation
+
+REPORT_LIMIT = 1 << 20  # bytes of the report pipe kept: far above any honest test value
+REFERENCE_CACHE = 4096  # tests whose solution-free values are kept between calls (GRPO asks every step)
+_REFERENCES: dict[tuple[str, tuple[str, ...]], list] = {}  # (setup, expressions) -> values; oldest first
+STDERR_LIMIT = 4096  # bytes of stderr kept, for the error message
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits for one sandbox run."""
+    """Resource limits for each sandboxed process."""
 
     cpu_seconds: int = 2
-    wall_seconds: float = 5.0  # cpu_seconds + interpreter start (~0.05 s) + room for code that sleeps
+    wall_seconds: float = 5.0  # cpu_seconds + start (bwrap + interpreter ~0.05 s) + room for code that sleeps
     memory_mb: int = 512  # address space: Python starts at ~20 MB
     file_mb: int = 1  # largest file the code may write
-    nproc: int = 32  # processes + threads of the user (root is exempt)
+    disk_mb: int = 16  # the tmpfs work dir
+    nproc: int = 32  # processes + threads of uid 65534
     nofile: int = 64
-    network_namespace: bool = True
-    drop_privileges: bool | None = None  # None: as root, switch to nobody when the stdlib allows it
 
 
 @dataclass(frozen=True)
 class SandboxResult:
-    """What one run did: `passed` when every test (or, without tests, the code itself) ran clean."""
+    """What one job did: `passed` when every test (or, without tests, the code itself) passed."""
 
     passed: bool
     n_tests: int = 0
@@ -91,56 +95,95 @@ class SandboxResult:
 
 
 def run_tests(code: str, tests: Sequence[str] | str = (), limits: Limits = Limits()) -> SandboxResult:
-    """Run `code`, then each test (a Python snippet ending in asserts) in a copy of its namespace.
+    """Run `code`, then each test (Python ending in an assert) in its own sandboxed process.
 
     >>> run_tests("def add(a, b): return a + b", ["assert add(1, 2) == 3", "assert add(2, 2) == 5"]).fraction
     0.5
     """
-    cases = split_tests(tests) if isinstance(tests, str) else [str(t) for t in tests]
-    nonce = secrets.token_hex(16)
-    work = os.path.realpath(tempfile.mkdtemp(prefix="rlft-sandbox-"))
-    read_fd, write_fd = os.pipe()
-    reader = None
-    started = time.monotonic()
-    try:
-        drop = _drop_ids(limits)
-        if drop:
-            os.chown(work, *drop)
-        job = {"nonce": nonce, "result_fd": write_fd, "code": code, "work": work, "drop": drop,
-               "tests": [strict_source(t) for t in cases], "rlimits": _rlimits(limits),
-               "netns": limits.network_namespace}
-        with open(os.path.join(work, ".stderr"), "wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", "-c", _child_source()],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, cwd=work,
-                env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work},
-                start_new_session=True, pass_fds=(write_fd,), close_fds=True)
-        os.close(write_fd)
-        write_fd = -1
-        reader = _Reader(read_fd)  # owns read_fd now; reads while the child runs (a full pipe stalls it)
-        timed_out = _feed_and_wait(proc, json.dumps(job).encode("utf-8"), limits.wall_seconds)
-        lines = reader.text().split("\n")
-        stderr_tail = _tail(os.path.join(work, ".stderr"))
-    finally:
-        if write_fd >= 0:
-            os.close(write_fd)
-        if reader is None:
-            os.close(read_fd)
-        _remove(work)
-    return _result(nonce, lines, len(cases), proc.returncode, timed_out, stderr_tail,
-                   time.monotonic() - started, limits)
+    return run_many([(code, tests)], limits)[0]
 
 
 def run_many(jobs: Sequence[tuple[str, Sequence[str] | str]], limits: Limits = Limits(),
              workers: int | None = None) -> list[SandboxResult]:
-    """`run_tests` for many (code, tests) jobs on a thread pool (each job is its own process)."""
+    """`run_tests` for many (code, tests) jobs; every process of every job shares one thread pool."""
     if not jobs:
         return []
-    workers = workers or max(1, min(8, os.cpu_count() or 1, len(jobs)))
-    if workers == 1:
-        return [run_tests(code, tests, limits) for code, tests in jobs]
+    chosen = isolation.require()
+    protections = (("bwrap", "uid-65534", "no-caps", "pidns", "netns", "mountns", "rlimits")
+                   if chosen == "bwrap" else ("rlimits",))
+    if chosen == "bwrap" and isolation.seccomp_program() is not None:
+        protections += ("seccomp",)
+    # plans[j][k]: the parts of job j's test k; a test given with several asserts passes when all do
+    plans = [[[harness.plan(part) for part in _parts(t)] for t in _cases(tests)] for _, tests in jobs]
+    flat = [part for p in plans for test in p for part in test]
+    workers = workers or max(1, min(8, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda job: run_tests(job[0], job[1], limits), jobs))
+        refs = {r: _REFERENCES.get(r) for t in flat if (r := _ref_key(t)) is not None}
+        todo = [k for k, v in refs.items() if v is None]
+        for key, outcome in zip(todo, pool.map(lambda k: _spawn(chosen, limits, None, k[0], list(k[1])), todo)):
+            if outcome.report and outcome.report[0] == "ok":
+                refs[key] = _REFERENCES[key] = outcome.values()
+        while len(_REFERENCES) > REFERENCE_CACHE:
+            _REFERENCES.pop(next(iter(_REFERENCES)), None)
+        for t in flat:
+            harness.settle(t, refs.get(_ref_key(t)))
+        tasks = []
+        for j, ((code, _), p) in enumerate(zip(jobs, plans)):
+            if not p:
+                tasks.append(((j, -1, 0), code, "", [], {}))
+            for k, test in enumerate(p):  # a part with nothing to observe still needs the code to run clean
+                for m, t in enumerate(test):
+                    observe = [] if t.opaque else [t.sides[i] for i in t.observed()]
+                    tasks.append(((j, k, m), code, t.solution_setup(), observe, {} if t.opaque else t.solution_bind()))
+        outcomes = list(pool.map(lambda task: _spawn(chosen, limits, *task[1:]), tasks))
+    by_job: dict[int, dict[tuple[int, int], _Outcome]] = {}
+    for ((j, k, m), *_), outcome in zip(tasks, outcomes):
+        by_job.setdefault(j, {})[(k, m)] = outcome
+    return [_result(p, by_job.get(j, {}), limits, protections) for j, p in enumerate(plans)]
+
+
+def _cases(tests: Sequence[str] | str) -> list[str]:
+    """The tests: a string's asserts (a `check(candidate)` block gives one test per assert), or the list."""
+    if not isinstance(tests, str):
+        return [str(t) for t in tests]
+    return inline_check(tests) or split_tests(tests)
+
+
+def _parts(test: str) -> list[str]:
+    """One test's parts, each ending in one assert, all of which must pass."""
+    return inline_check(test) or split_tests(test)
+
+
+def inline_check(tests: str) -> list[str] | None:
+    """HumanEval-style `def check(candidate): assert ...` plus `check(fn)`: one test per assert, with
+    `candidate = fn` as setup (so each assert's expected side stays in the parent); None for anything else.
+
+    >>> inline_check("def check(candidate):\\n    assert candidate(1) == 2\\n    assert candidate(0) == 1\\ncheck(inc)")
+    ['candidate = inc\\nassert candidate(1) == 2', 'candidate = inc\\nassert candidate(0) == 1']
+    """
+    try:
+        body = ast.parse(tests).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    defs = {n.name: n for n in body if isinstance(n, ast.FunctionDef)}
+    calls = [n for n in body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+             and isinstance(n.value.func, ast.Name) and n.value.func.id in defs and len(n.value.args) == 1
+             and not n.value.keywords and isinstance(n.value.args[0], ast.Name)]
+    if len(calls) != 1:
+        return None
+    fn, arg = defs[calls[0].value.func.id], calls[0].value.args[0].id
+    a = fn.args
+    if len(a.args) != 1 or a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or fn.decorator_list:
+        return None
+    stmts = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
+    if not stmts or not all(isinstance(n, ast.Assert) for n in stmts):
+        return None
+    rest = [n for n in body if n is not fn and n is not calls[0]]
+    if any(isinstance(n, ast.Assert) for n in ast.walk(ast.Module(body=rest, type_ignores=[]))):
+        return None
+    alias = ast.Assign([ast.Name(a.args[0].arg, ast.Store())], ast.Name(arg, ast.Load()), lineno=0)
+    setup = ast.unparse(ast.Module(body=[*rest, alias], type_ignores=[]))
+    return [f"{setup}\n{ast.unparse(n)}" for n in stmts]
 
 
 def split_tests(tests: str) -> list[str]:
@@ -151,7 +194,7 @@ def split_tests(tests: str) -> list[str]:
     """
     try:
         body = ast.parse(tests).body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: NUL bytes, surrogates
         return [tests]
     chunks: list[list[ast.stmt]] = [[]]
     for node in body:
@@ -165,29 +208,95 @@ def split_tests(tests: str) -> list[str]:
     return [ast.unparse(ast.Module(body=c, type_ignores=[])) for c in chunks if c]
 
 
-_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
-        ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
+# ----------------------------------------------------------------------------- verdicts
 
 
-class _StrictCompare(ast.NodeTransformer):
-    def visit_Compare(self, node: ast.Compare) -> ast.AST:
-        self.generic_visit(node)
-        ops = ast.Tuple([ast.Constant(_OPS[type(op)]) for op in node.ops], ast.Load())
-        values = ast.Tuple([node.left, *node.comparators], ast.Load())
-        call = ast.Call(ast.Name("__rlft_cmp__", ast.Load()), [ops, values], [])
-        return ast.copy_location(call, node)
+def _ref_key(t: harness.TestPlan) -> tuple[str, tuple[str, ...]] | None:
+    job = harness.reference_job(t)
+    return (job[0], tuple(job[1])) if job else None
 
 
-def strict_source(test: str) -> str:
-    """The test with every comparison routed through the harness's strict comparison."""
-    try:
-        tree = ast.parse(test)
-    except SyntaxError:
-        return test  # the child reports the syntax error as a failed test
-    return ast.unparse(ast.fix_missing_locations(_StrictCompare().visit(tree)))
+def _result(plans: list[list[harness.TestPlan]], outcomes: dict, limits: Limits,
+            protections: tuple[str, ...]) -> SandboxResult:
+    elapsed = max([o.elapsed for o in outcomes.values()] or [0.0])
+    timed_out = any(o.timed_out for o in outcomes.values())
+    if not plans:
+        ok, why = _judge(None, outcomes.get((-1, 0)), limits)
+        return SandboxResult(ok, 0, 0, timed_out, _printable(why), round(elapsed, 3), protections)
+    n_passed, errors = 0, []
+    for k, test in enumerate(plans):
+        verdicts = [_judge(t, outcomes.get((k, m)), limits) for m, t in enumerate(test)]
+        why = next((w for ok, w in verdicts if not ok), "")
+        if all(ok for ok, _ in verdicts) and verdicts:
+            n_passed += 1
+        else:
+            why = why or "no assert"
+            errors.append(why if why.startswith("code:") else f"test {k + 1}: {why}")
+    code_errors = [e for e in errors if e.startswith("code:")]
+    error = _printable((code_errors or errors or [""])[0])
+    return SandboxResult(n_passed == len(plans), len(plans), n_passed, timed_out, error, round(elapsed, 3),
+                         protections)
 
 
-# ----------------------------------------------------------------------------- parent side
+def _judge(t: harness.TestPlan | None, o: _Outcome | None, limits: Limits) -> tuple[bool, str]:
+    """(passed, why not) for one test from what its process did."""
+    if o is None:
+        return False, "not run"
+    if o.timed_out:
+        return False, f"timed out after {limits.wall_seconds:g} s"
+    if o.report is None or o.returncode != 0:
+        sig = o.signal()
+        if sig:
+            why = _SIGNALS.get(sig, f"killed by signal {sig}")
+            return False, why + (f" ({limits.cpu_seconds} s)" if sig == signal.SIGXCPU else "")
+        why = "no well-formed report" if o.returncode == 0 else f"exited with status {o.returncode}"
+        tail = o.stderr.decode("utf-8", "replace").strip()[-300:]
+        return False, why + (f": {tail}" if tail else "")
+    tag, payload = o.report
+    if tag == "code-error":
+        return False, f"code: {str(payload)[:300]}"
+    if tag == "error":
+        return False, str(payload)[:300]
+    if not isinstance(payload, list):
+        return False, "malformed report"
+    if t is None or t.opaque:
+        return True, ""
+    if len(payload) != len(t.observed()) or not all(isinstance(x, list) and len(x) == 2 for x in payload):
+        return False, "malformed report"
+    return harness.verdict(t, payload)
+
+
+def _printable(text: str) -> str:
+    """The code writes these messages: no terminal escapes or control characters reach the user's screen."""
+    return "".join(c if c.isprintable() or c == " " else "?" for c in text)
+
+
+_SIGNALS = {signal.SIGXCPU: "CPU time limit exceeded", signal.SIGKILL: "killed",
+            signal.SIGXFSZ: "file size limit exceeded", signal.SIGSEGV: "crashed (segmentation fault)"}
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+@dataclass
+class _Outcome:
+    report: list | None
+    returncode: int | None
+    timed_out: bool
+    stderr: bytes
+    elapsed: float
+
+    def values(self) -> list:
+        payload = self.report[1] if self.report else None
+        return payload if isinstance(payload, list) else []
+
+    def signal(self) -> int:
+        rc = self.returncode
+        if rc is None:
+            return 0
+        if rc < 0:
+            return -rc
+        return rc - 128 if 128 < rc < 160 else 0  # bwrap exits 128 + N when its child dies of signal N
 
 
 def _rlimits(limits: Limits) -> dict[str, list[int]]:
@@ -197,448 +306,96 @@ def _rlimits(limits: Limits) -> dict[str, list[int]]:
             "RLIMIT_NPROC": [limits.nproc] * 2, "RLIMIT_NOFILE": [limits.nofile] * 2, "RLIMIT_CORE": [0, 0]}
 
 
-def _drop_ids(limits: Limits) -> list[int] | None:
-    """[uid, gid] of nobody when the child should switch to it, else None."""
-    if os.geteuid() != 0 or limits.drop_privileges is False:
-        return None
-    if limits.drop_privileges is None and not _stdlib_world_readable():
-        return None
+def _spawn(chosen: str, limits: Limits, code: str | None, setup: str, exprs: list[str],
+           bind: dict | None = None) -> _Outcome:
+    """One sandboxed process; any failure of the machinery is an outcome without a report, never a raise."""
+    started = time.monotonic()
     try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:
-        return None
-    return [nobody.pw_uid, nobody.pw_gid]
+        job = ascii({"code": code, "setup": setup, "exprs": exprs, "bind": bind or {}, "rlimits": _rlimits(limits)})
+        return _run_process(chosen, limits, job.encode("ascii"), started)
+    except Exception as exc:  # noqa: BLE001 - one test's failure must not end the batch
+        return _Outcome(None, None, False, f"sandbox failed: {type(exc).__name__}: {exc}".encode(),
+                        time.monotonic() - started)
 
 
-@cache
-def _stdlib_world_readable() -> bool:
-    """Can `nobody` import the stdlib? Every folder above it must be searchable by others."""
-    path = os.path.realpath(os.path.dirname(os.__file__))
-    parts = path.split(os.sep)
-    for i in range(1, len(parts) + 1):
-        mode = os.stat(os.sep.join(parts[:i]) or os.sep).st_mode
-        if not mode & stat.S_IXOTH:
-            return False
-    return bool(os.stat(path).st_mode & stat.S_IROTH)
-
-
-def _feed_and_wait(proc: subprocess.Popen, job: bytes, wall_seconds: float) -> bool:
-    """Send the job, wait; at the timeout kill the whole process group. True when timed out."""
+def _run_process(chosen: str, limits: Limits, job: bytes, started: float) -> _Outcome:
+    argv, work, env, fds = isolation.command(chosen, limits.disk_mb, harness.child_source())
     try:
-        assert proc.stdin is not None
-        proc.stdin.write(job)
-        proc.stdin.close()
-    except (BrokenPipeError, OSError):
-        pass  # the child died before reading: its exit status tells why
-    try:
-        proc.wait(timeout=wall_seconds)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    _kill_group(proc.pid)  # also any process the code managed to leave behind
-    proc.wait()
-    return timed_out
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    cwd=work or "/", env=env, start_new_session=True, close_fds=True, pass_fds=fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        out, err = _Reader(proc.stdout, REPORT_LIMIT), _Reader(proc.stderr, STDERR_LIMIT)
+        threading.Thread(target=_feed, args=(proc.stdin, job), daemon=True).start()
+        expired = threading.Event()  # a timer, not wait(timeout=): that polls, adding up to 50 ms per process
+        timer = threading.Timer(limits.wall_seconds, lambda: (expired.set(), _kill_tree(proc, wait=False)))
+        timer.start()
+        proc.wait()
+        timer.cancel()
+        timed_out = expired.is_set()
+        _kill_tree(proc)
+        data, stderr = out.data(), err.data()
+    finally:
+        isolation.remove_work(work)
+    report = harness.parse_report(data) if not timed_out else None
+    return _Outcome(report, proc.returncode, timed_out, stderr, time.monotonic() - started)
 
 
-def _kill_group(pgid: int) -> None:
+def _feed(stdin, job: bytes) -> None:
     try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+        stdin.write(job)
+        stdin.close()
+    except OSError:
+        pass  # the process died before reading: its exit status tells why
+
+
+def _kill_tree(proc: subprocess.Popen, wait: bool = True) -> None:
+    """Kill the sandbox's PID 1 (its whole namespace dies with it, before bwrap can exit), then the group."""
+    if proc.returncode is None:
+        try:
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+                children = [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            children = []
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if not wait:  # the timer: bwrap exits once its namespace is gone; the group kill is the backstop
+            time.sleep(0.5)
+            if proc.returncode is not None:
+                return  # reaped: its pid (the group id) may belong to someone else by now
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # --die-with-parent takes the namespace down with bwrap
+    except OSError:
         pass
+    if wait:
+        proc.wait()
 
 
 class _Reader(threading.Thread):
-    """Reads the result pipe to its end; keeps the first `limit` bytes, discards the rest."""
+    """Reads a pipe to its end; keeps the first `limit` bytes, discards the rest."""
 
-    def __init__(self, fd: int, limit: int = 1 << 20):
+    def __init__(self, pipe, limit: int):
         super().__init__(daemon=True)
-        self.fd, self.limit, self.chunks, self.size = fd, limit, [], 0
+        self.pipe, self.limit, self.chunks, self.size = pipe, limit, [], 0
         self.start()
 
     def run(self) -> None:
+        fd = self.pipe.fileno()
         try:
-            while chunk := os.read(self.fd, 65536):
+            while chunk := os.read(fd, 65536):
                 if self.size < self.limit:
-                    self.chunks.append(chunk)
-                    self.size += len(chunk)
-        finally:
-            os.close(self.fd)
-
-    def text(self) -> str:
-        self.join(timeout=2.0)  # every writer is dead by now, so EOF is immediate
-        return b"".join(self.chunks).decode("utf-8", "replace")
-
-
-def _tail(path: str, limit: int = 2000) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - limit))
-            return f.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-
-
-def _remove(path: str) -> None:
-    def retry(func, p, _exc):  # a folder the code made read-only: make it writable and retry
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            func(p)
+                    self.chunks.append(chunk[:self.limit - self.size])
+                    self.size += len(self.chunks[-1])
         except OSError:
             pass
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=retry)
-    else:
-        shutil.rmtree(path, onerror=retry)
+        finally:
+            self.pipe.close()
 
-
-_SIGNALS = {signal.SIGXCPU: "CPU time limit exceeded", signal.SIGKILL: "killed",
-            signal.SIGXFSZ: "file size limit exceeded", signal.SIGSEGV: "crashed (segmentation fault)"}
-
-
-def _result(nonce: str, lines: list[str], n_tests: int, returncode: int | None, timed_out: bool,
-            stderr_tail: str, elapsed: float, limits: Limits) -> SandboxResult:
-    passed: set[int] = set()
-    errors: list[str] = []
-    protections: tuple[str, ...] = ()
-    done = False
-    for line in lines:
-        if not line.startswith(nonce + " "):
-            continue  # only the harness knows the nonce
-        tag, _, rest = line[len(nonce) + 1:].partition(" ")
-        if tag == "pass":
-            passed.add(int(rest))
-        elif tag == "fail":
-            i, _, why = rest.partition(" ")
-            errors.append(f"test {int(i) + 1}: {why}")
-        elif tag == "code-error":
-            errors.insert(0, f"code: {rest}")
-        elif tag == "protections":
-            protections = tuple(rest.split(","))
-        elif tag == "done":
-            done = True
-    n_passed = len({i for i in passed if 0 <= i < n_tests})
-    if timed_out:
-        error = f"timed out after {limits.wall_seconds:g} s"
-    elif returncode is not None and returncode < 0:
-        sig = -returncode
-        error = _SIGNALS.get(sig, f"killed by signal {sig}")
-        if sig == signal.SIGXCPU:
-            error += f" ({limits.cpu_seconds} s)"
-    elif errors:
-        error = errors[0]
-    elif not done:
-        error = f"exited with status {returncode} before finishing"
-        error += f": {stderr_tail[-300:]}" if stderr_tail else ""
-    else:
-        error = ""
-    ok = done and not errors and not timed_out and (n_passed == n_tests)
-    return SandboxResult(ok, n_tests, n_passed, timed_out, error, round(elapsed, 3), protections)
-
-
-@cache
-def _child_source() -> str:
-    return inspect.getsource(_child) + "\n_child()\n"
-
-
-# ----------------------------------------------------------------------------- child side
-
-
-def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shipped as source text
-    """The sandbox process: read the job, lock down, run the code, run each test, report, exit hard.
-
-    Self-contained (no module globals). The nonce lives only in this frame's local `nonce`; nothing
-    the untrusted code can reach holds it (no global, closure, file or environment variable).
-    """
-    import json
-    import os
-    import sys
-
-    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-    nonce = job.pop("nonce")
-    out, work = job["result_fd"], job["work"]
-    write, exit_, str_, type_ = os.write, os._exit, str, type
-    exec_, compile_, dict_, enumerate_, BaseException_ = exec, compile, dict, enumerate, BaseException
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)  # stdin: the job is read; the code sees an empty stdin
-    os.close(null)
-
-    # 1. imports, all before the switch to nobody (who may not be able to read the stdlib)
-    deny_imports = {"ctypes", "_ctypes", "_ctypes_test", "_posixsubprocess", "_posixshmem",
-                    "_multiprocessing", "_xxsubinterpreters", "_xxtestfuzz", "_testcapi", "_testinternalcapi",
-                    "_testbuffer", "_testmultiphase", "_testimportmultiple", "_testclinic", "_tkinter",
-                    "_sqlite3", "sqlite3", "_dbm", "_gdbm", "dbm", "readline", "_lsprof"}
-    import _imp
-    import gc
-    import operator
-    import resource
-    import signal
-    import types  # its import reads tb_frame, which the hook refuses later
-
-    for name in sys.builtin_module_names:
-        if name not in deny_imports:
-            try:
-                __import__(name)
-            except ImportError:
-                pass
-    posixsubprocess = __import__("_posixsubprocess")  # subprocess (so asyncio) needs it; fork_exec goes below
-
-    # 2. resource limits
-    protections = []
-    failed = []
-    for name, (soft, hard) in job["rlimits"].items():
-        res = getattr(resource, name)
-        cur_hard = resource.getrlimit(res)[1]
-        if os.geteuid() != 0 and cur_hard != resource.RLIM_INFINITY:
-            hard, soft = min(hard, cur_hard), min(soft, cur_hard)
-        try:
-            resource.setrlimit(res, (soft, hard))
-        except (ValueError, OSError):
-            failed.append(name)
-    protections.append("rlimits" if not failed else "rlimits-except-" + "-".join(failed))
-
-    # 3. namespaces and privileges (each optional)
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if job["netns"] and libc.unshare(0x40000000) == 0:  # CLONE_NEWNET, from <sched.h>
-            protections.append("netns")
-        if libc.prctl(38, 1, 0, 0, 0) == 0:  # PR_SET_NO_NEW_PRIVS, from <linux/prctl.h>
-            protections.append("no_new_privs")
-        del libc, ctypes
-    except Exception:  # noqa: BLE001, S110 - each protection is optional; `protections` reports what held
-        pass
-    for name in [m for m in sys.modules if m.split(".")[0] in ("ctypes", "_ctypes")]:
-        del sys.modules[name]
-    if job["drop"]:
-        uid, gid = job["drop"]
-        os.setgroups([])
-        os.setgid(gid)
-        os.setuid(uid)
-        protections.append("nobody")
-
-    # 4. close the doors the audit hook cannot see
-    def no_new_builtin(*args, **kwargs):
-        raise ImportError("sandbox: no new built-in modules")
-
-    def refuse_process(*args, **kwargs):
-        raise PermissionError("sandbox: new processes are not allowed")
-
-    def refuse_handler(*args, **kwargs):
-        raise ValueError("sandbox: signal handlers are disabled")
-
-    original_coroutine = types.coroutine
-
-    def coroutine(func):  # types.coroutine rewrites func.__code__, which the hook refuses: wrap instead
-        if type(func) is types.FunctionType and func.__code__.co_flags & 0x20:  # CO_GENERATOR
-            generator_function = func
-
-            def func(*args, **kwargs):
-                return generator_function(*args, **kwargs)
-        return original_coroutine(func)
-
-    types.coroutine = coroutine
-    _imp.create_builtin = no_new_builtin  # a fresh _signal would bring signal.signal back
-    _imp.exec_builtin = lambda module: 0
-    sys.modules["_signal"].signal = refuse_handler  # a handler receives the current frame
-    signal.signal = refuse_handler
-    posixsubprocess.fork_exec = refuse_process  # unaudited; a fresh copy needs an import the hook refuses
-    for module, names in ((os, ("mkfifo", "mknod")), (sys.modules["posix"], ("mkfifo", "mknod")),
-                          (gc, ("set_debug",))):  # not audited
-        for attr in names:
-            if hasattr(module, attr):
-                delattr(module, attr)
-
-    # 5. the audit hook
-    realpath, isabs, fsdecode, sep = os.path.realpath, os.path.isabs, os.fsdecode, os.sep
-    read_roots = tuple({realpath(p) for p in sys.path if p} | {work})
-    devices = {"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"}
-    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-    denied = {"os.system", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.startfile",
-              "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "resource.setrlimit",
-              "resource.prlimit", "sys._current_frames", "sys._current_exceptions", "sys.addaudithook",
-              "sys.settrace", "sys.setprofile",
-              "code.__new__", "marshal.load", "sqlite3.connect", "fcntl.ioctl", "pdb.Pdb"}
-    denied_prefixes = ("socket.", "ctypes.", "gc.", "syslog.", "urllib.", "http.", "ftplib.",
-                       "smtplib.", "imaplib.", "poplib.", "nntplib.", "telnetlib.", "webbrowser.", "winreg.")
-    frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
-    # event -> (indices of paths it writes, indices of dir_fd arguments)
-    path_writes = {"os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.mkdir": ((0,), (2,)),
-                   "os.rename": ((0, 1), (2, 3)), "os.link": ((0, 1), (2, 3)), "os.symlink": ((1,), (2,)),
-                   "os.chmod": ((0,), (2,)), "os.chown": ((0,), (3,)), "os.truncate": ((0,), ()),
-                   "os.utime": ((0,), (3,)), "os.setxattr": ((0,), ()), "os.removexattr": ((0,), ()),
-                   "os.chflags": ((0,), ()), "os.lchflags": ((0,), ())}
-    path_reads = {"os.listdir", "os.scandir", "os.getxattr", "os.listxattr"}
-
-    last_pyc = [None]  # the .pyc the importer opened last: the only bytes marshal.loads may read
-    file_io = __import__("_io").FileIO
-
-    def inside(path, roots):
-        return any(path == r or path.startswith(r + sep) for r in roots)
-
-    def is_last_pyc(data):  # crafted bytecode can corrupt memory; a stdlib .pyc cannot
-        if last_pyc[0] is None:
-            return False
-        with file_io(last_pyc[0], "r") as f:
-            return f.read()[16:] == bytes(data)  # 16: the .pyc header (PEP 552)
-
-    def hook(event, args):
-        if event == "socket.__new__" and args[1] == 1:  # AF_UNIX, for asyncio's self-pipe
-            return  # connect, bind and sendto on it stay refused
-        if event in denied or event.startswith(denied_prefixes):
-            raise PermissionError(f"sandbox: {event} is not allowed")
-        if event == "open":
-            path, mode, flags = args
-            if isinstance(path, int):
-                return  # wrapping an fd the process already holds
-            if mode is None and not isabs(fsdecode(path)):
-                raise PermissionError("sandbox: os.open needs an absolute path")  # dir_fd would escape
-            p = realpath(fsdecode(path))
-            if isinstance(flags, int) and flags >= 0:
-                writing = bool(flags & write_flags)
-            else:
-                writing = any(c in (mode or "r") for c in "wax+")
-            if writing and not (inside(p, (work,)) or p == "/dev/null"):
-                raise PermissionError(f"sandbox: cannot write outside the work dir: {p}")
-            if not writing and not (inside(p, read_roots) or p in devices):
-                raise PermissionError(f"sandbox: cannot read outside the work dir: {p}")
-            if not writing and p.endswith(".pyc") and not inside(p, (work,)):
-                last_pyc[0] = p
-        elif event in path_writes:
-            paths, dir_fds = path_writes[event]
-            for i in dir_fds:
-                if i < len(args) and args[i] not in (None, -1):
-                    raise PermissionError(f"sandbox: {event} with dir_fd is not allowed")
-            for i in paths:
-                if isinstance(args[i], int) or not inside(realpath(fsdecode(args[i])), (work,)):
-                    raise PermissionError(f"sandbox: {event} outside the work dir")
-        elif event in path_reads:
-            path = args[0] if args and isinstance(args[0], (str, bytes)) else None
-            if path is not None and not inside(realpath(fsdecode(path)), read_roots):
-                raise PermissionError(f"sandbox: {event} outside the work dir")
-        elif event == "marshal.loads":
-            if not is_last_pyc(args[0]):
-                raise PermissionError("sandbox: marshal.loads reads only the stdlib's own .pyc files")
-        elif event == "import":
-            if args[0].split(".")[0] in deny_imports:
-                raise ImportError(f"sandbox: import of {args[0]} is not allowed")
-        elif event == "sys._getframe":
-            raise ValueError("sandbox: call stack is not available")  # what namedtuple/enum/warnings expect
-        elif event == "object.__getattr__" and args[1] in frame_attrs:
-            raise AttributeError(f"sandbox: {args[1]} is not available")
-        elif event in ("object.__setattr__", "object.__delattr__") and args[1] in ("__code__", "__globals__"):
-            raise PermissionError(f"sandbox: setting {args[1]} is not allowed")
-
-    # 6. the strict comparison used by the rewritten tests (see the module docstring)
-    flags_of = type.__dict__["__flags__"].__get__
-    mro_of = type.__dict__["__mro__"].__get__
-    dict_of = type.__dict__["__dict__"].__get__
-    heap_type = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set on every class a `class` statement makes
-    all_, any_, zip_, bool_ = all, any, zip, bool
-    list_iter, tuple_iter, list_len, tuple_len = list.__iter__, tuple.__iter__, list.__len__, tuple.__len__
-    dict_items, dict_len = dict.items, dict.__len__
-    dict_contains, dict_get = dict.__contains__, dict.__getitem__
-    ordering = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-
-    def builtin(t):
-        return not flags_of(t) & heap_type
-
-    def honest(t, names):  # no class written in Python overrides these methods
-        for k in mro_of(t):
-            if builtin(k):
-                return True
-            if any_(n in dict_of(k) for n in names):
-                return False
-        return True
-
-    def same(a, b, depth=0):
-        ta, tb = type_(a), type_(b)
-        if depth > 100:
-            return False
-        if not (honest(ta, ("__eq__", "__ne__")) and honest(tb, ("__eq__", "__ne__"))):
-            if (builtin(ta) or builtin(tb)) and ta is not tb:
-                return False  # the code's __eq__ against a built-in expected value
-            return bool_(a == b)
-        for kind, it, ln in ((list, list_iter, list_len), (tuple, tuple_iter, tuple_len)):
-            if kind in mro_of(ta) and kind in mro_of(tb):
-                return ln(a) == ln(b) and all_(same(x, y, depth + 1) for x, y in zip_(it(a), it(b)))
-        if dict in mro_of(ta) and dict in mro_of(tb):
-            return dict_len(a) == dict_len(b) and all_(
-                dict_contains(b, k) and same(v, dict_get(b, k), depth + 1) for k, v in dict_items(a))
-        return bool_(a == b)
-
-    def contains(item, box):
-        tb = type_(box)
-        if not honest(tb, ("__contains__", "__iter__", "__getitem__")):
-            return bool_(item in box) if not builtin(type_(item)) else False
-        if list in mro_of(tb) or tuple in mro_of(tb):
-            it = list_iter if list in mro_of(tb) else tuple_iter
-            return any_(same(item, x) for x in it(box))
-        if honest(type_(item), ("__eq__", "__hash__")):
-            return bool_(item in box)
-        return any_(same(item, x) for x in box)
-
-    def compare_one(op, a, b):
-        if op == "==":
-            return same(a, b)
-        if op == "!=":
-            return not same(a, b)
-        if op == "is":
-            return a is b
-        if op == "is not":
-            return a is not b
-        if op == "in":
-            return contains(a, b)
-        if op == "not in":
-            return not contains(a, b)
-        names = ("__lt__", "__le__", "__gt__", "__ge__")
-        ta, tb = type_(a), type_(b)
-        if not (honest(ta, names) and honest(tb, names)) and (builtin(ta) or builtin(tb)) and ta is not tb:
-            return False
-        return bool_(ordering[op](a, b))
-
-    def compare(ops, values):
-        return all_(compare_one(op, a, b) for op, a, b in zip_(ops, values, values[1:]))
-
-    def describe(exc):  # no traceback: frames are off limits, to the harness too
-        try:
-            text = f"{type_(exc).__name__}: {str_(exc)}" if str_(exc) else type_(exc).__name__
-        except BaseException_:
-            text = type_(exc).__name__
-        return text[:300].replace("\n", " | ")
-
-    # 7. run: compile everything first, then the code, then each test in a copy of its namespace
-    tests = []
-    for i, src in enumerate_(job["tests"]):
-        try:
-            tests.append(compile_(src, f"<test {i + 1}>", "exec"))
-        except SyntaxError as exc:
-            tests.append(describe(exc))
-    code = job["code"]
-    del job
-    write(out, f"{nonce} protections {','.join(protections)}\n".encode())
-    clean_builtins = dict_(__builtins__.__dict__)  # the tests get these, whatever the code does to builtins
-    sys.addaudithook(hook)
-    scope = {"__name__": "__main__", "__builtins__": __builtins__}
-    try:
-        exec_(compile_(code, "<solution>", "exec"), scope)
-    except BaseException_ as exc:
-        write(out, f"{nonce} code-error {describe(exc)}\n".encode("utf-8", "replace"))
-        write(out, f"{nonce} done\n".encode())
-        exit_(0)
-    for i, test in enumerate_(tests):
-        if type_(test) is str_:
-            write(out, f"{nonce} fail {i} {test}\n".encode("utf-8", "replace"))
-            continue
-        env = dict_(scope)
-        env["__builtins__"] = dict_(clean_builtins)
-        env["__rlft_cmp__"] = compare
-        try:
-            exec_(test, env)
-        except BaseException_ as exc:
-            write(out, f"{nonce} fail {i} {describe(exc)}\n".encode("utf-8", "replace"))
-        else:
-            write(out, f"{nonce} pass {i}\n".encode())
-    write(out, f"{nonce} done\n".encode())
-    exit_(0)
+    def data(self) -> bytes:
+        self.join(timeout=2.0)  # every writer is dead by now, so EOF is immediate
+        return b"".join(self.chunks)

@@ -6,7 +6,8 @@ builds families of junk from the rows' own gold values and reports how often the
 (reward >= 0.5). A family with `must_fail` that is ever accepted makes the verifier gameable.
 
 Families (each row gives at most one completion per family; rows where a family cannot be built,
-e.g. `other_gold` when every row has the same gold, are left out of it):
+e.g. `other_gold` when every row has the same gold, are left out of it; a family no row can build is
+reported as not tested (`tested=False`, with why), never as passed):
   empty           ""                                               must fail
   whitespace      the right answer inside ~12k chars of padding     may pass (it is still the answer)
   repetition      a gold-free sentence repeated ~300 times          must fail
@@ -49,19 +50,21 @@ class FamilyResult:
     acceptance: float
     n: int
     example: str = ""
+    tested: bool = True
+    why_not: str = ""  # when not tested: why no completion of this family could be built
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "must_fail": self.must_fail, "acceptance": round(self.acceptance, 4),
-                "n": self.n, "example": self.example}
+                "n": self.n, "example": self.example, "tested": self.tested, "why_not": self.why_not}
 
 
 def stress(verifier: Verifier, rows: Sequence[dict]) -> list[FamilyResult]:
-    """Score every junk family against the rows; one FamilyResult per family that could be built.
+    """Score every junk family against the rows; one FamilyResult per family (untested ones included).
 
     >>> from rlft.verifiers import resolve
     >>> results = stress(resolve("math")[0], [{"answer": "46"}, {"answer": "98"}])
-    >>> gameable(results), [r.name for r in results if r.acceptance > 0]
-    (False, ['whitespace'])
+    >>> gameable(results), [r.name for r in results if r.acceptance > 0], untested(results)
+    (False, ['whitespace'], [])
     """
     rows = [dict(r) for r in rows]
     golds = [_gold_text(verifier, r) for r in rows]
@@ -81,6 +84,7 @@ def stress(verifier: Verifier, rows: Sequence[dict]) -> list[FamilyResult]:
     for name, must_fail, build in families:
         picked = [(i, c) for i in range(len(rows)) if (c := build(i)) is not None]
         if not picked:
+            results.append(FamilyResult(name, must_fail, 0.0, 0, "", False, _why_not(name, verifier, pool)))
             continue
         rewards = _score(verifier, [rows[i] for i, _ in picked], [c for _, c in picked])
         accepted = sum(1 for r in rewards if r is not None and r >= 0.5)
@@ -91,7 +95,22 @@ def stress(verifier: Verifier, rows: Sequence[dict]) -> list[FamilyResult]:
 
 def gameable(results: Sequence[FamilyResult]) -> bool:
     """True when any must-fail family was accepted at least once."""
-    return any(r.must_fail and r.acceptance > 0 for r in results)
+    return any(r.must_fail and r.tested and r.acceptance > 0 for r in results)
+
+
+def untested(results: Sequence[FamilyResult]) -> list[str]:
+    """The must-fail families that could not be built from the rows (so they prove nothing)."""
+    return [r.name for r in results if r.must_fail and not r.tested]
+
+
+def _why_not(name: str, verifier: Verifier, pool: list[str]) -> str:
+    if name == "whitespace":
+        return "no row's completion or gold is accepted as a right answer"
+    if not verifier.gold_fields:
+        return "the verifier names no gold field (pass --gold FIELD)"
+    if not pool:
+        return f"no row has a value in '{verifier.gold_fields[0]}'"
+    return "needs rows with at least two different golds" if len(pool) < 2 else "the rows' golds cannot build it"
 
 
 def _score(verifier: Verifier, rows: list[dict], completions: list[str]) -> list:
