@@ -10,10 +10,9 @@ each stage and writes OUT/pipeline.{json,md,png}. The held-out set is the first 
 data/word_problems/test.jsonl (40 by default, to keep the demo short on 2 CPU cores): one row is 2.5 points,
 so differences of a few rows are noise.
 
-Measured here (2026-11-30, shared 2-core CPU at load average 13-30, one torch thread): a 30-step run stopped
-(Ctrl-C, checkpoint) after 11 steps x 8 rows (88 of the 600 rows; lr decayed 2e-4 -> 1.3e-4, where the 11-step
-default decays to 0), held-out pass@1 0.050 -> 0.625 (2 -> 25 of 40), scored from that checkpoint. The SFT
-took 21 min of wall time, scoring 5 + 2.5 min; about 5 CPU-minutes in all, so minutes on an idle machine.
+Measured here (2026-11-30, 2-core CPU, one torch thread): the defaults (11 SFT steps x 8 rows, 88 of the 600
+rows) ran end to end in 212 s at load average ~2-3 (SFT 160 s): held-out pass@1 0.050 -> 0.550 (2 -> 22 of 40).
+An earlier run at load 13-30, stopped after 11 steps of a 30-step schedule, scored 0.050 -> 0.625 (SFT 21 min).
 """
 
 from __future__ import annotations
