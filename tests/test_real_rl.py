@@ -5,6 +5,8 @@ check what that breaks when it is handled wrong: the stop token, the rollout mas
 after it dropped), the prompt's attention mask (the template's own `<|im_end|>` tokens are the pad id), and
 completions decoded without special tokens. Prompts ask for a short answer, so most completions end well
 inside the budget. Needs `make install-real`; deselected from the default suite (marker `real`).
+Measured here, one torch thread, the machine shared (load average 4-15): GRPO 481 s, the rollout 28 s, PPO 510 s,
+two-process DDP sft 82 s and grpo 93 s (plus ~2 min converting the GGUF once per session).
 """
 
 from __future__ import annotations
