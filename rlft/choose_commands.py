@@ -17,6 +17,8 @@ RECIPES_TINY = {"sft": "sft_tiny.yaml", "dpo": "dpo_tiny.yaml", "grpo": "grpo_ma
 RECIPES_REAL = {"sft": "sft_qwen0.5b_lora.yaml", "dpo": "dpo_qwen0.5b_lora.yaml",
                 "grpo": "grpo_qwen0.5b_lora.yaml", "reward": "reward_qwen0.5b_lora.yaml",
                 "ppo": "ppo_qwen0.5b_lora.yaml"}
+# SmolLM2-135M-Instruct (`--model smollm2`): one LoRA recipe per method, chat prompts through data.as_chat.
+RECIPES_SMOLLM2 = {m: f"{m}_smollm2.yaml" for m in ("sft", "dpo", "reward", "grpo", "ppo", "kto", "rloo", "distill")}
 SFT_OUT, REWARD_OUT = "runs/sft", "runs/reward"
 
 
@@ -28,7 +30,7 @@ def _q(x: str) -> str:
 
 def recipe_for(method: str, model: str | None) -> str | None:
     """The shipped recipe for `method` at this model's size (None: no recipe for a real model yet)."""
-    table = RECIPES_TINY if model in (None, "tiny") else RECIPES_REAL
+    table = RECIPES_TINY if model in (None, "tiny") else RECIPES_SMOLLM2 if model == "smollm2" else RECIPES_REAL
     return f"recipes/{table[method]}" if method in table else None
 
 

@@ -21,6 +21,7 @@ from conftest import DATA, ROOT, write_jsonl
 from typer.testing import CliRunner
 
 from rlft.choose import PAIRS_USUAL, RECIPES_REAL, RECIPES_TINY, Signal, recommend
+from rlft.choose_commands import RECIPES_SMOLLM2, recipe_for
 from rlft.commands import choose as choose_cmd
 from rlft.commands.choose import choose
 from rlft.commands.data import data_app
@@ -389,10 +390,13 @@ def test_sft_column_rename_is_a_valid_set(files):
 
 
 def test_referenced_recipes_exist():
-    missing = sorted(r for r in set(RECIPES_TINY.values()) | set(RECIPES_REAL.values())
-                     if not (ROOT / "recipes" / r).exists())
+    tables = set(RECIPES_TINY.values()) | set(RECIPES_REAL.values()) | set(RECIPES_SMOLLM2.values())
+    missing = sorted(r for r in tables if not (ROOT / "recipes" / r).exists())
     assert not missing, f"recipes referenced by `rlft choose` but missing: {', '.join(missing)}"
     assert RECIPES_TINY and RECIPES_REAL
+    # every method has a smollm2 recipe, and `--model smollm2` picks it
+    assert recipe_for("kto", "smollm2") == "recipes/kto_smollm2.yaml"
+    assert recipe_for("kto", "Qwen/Qwen2.5-0.5B-Instruct") is None  # no 0.5B KTO recipe: no --recipe flag
 
 
 def test_ratings_filter_command_writes_the_top_rated_rows(tmp_path):
