@@ -151,7 +151,7 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
     watch = prepare_watch(cfg)  # thresholds, alarm names, the holdout file: also before writing
     if not resume and main:  # refuse a busy output_dir before any slow work
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
-    _plain_prompt_note(cfg, train_rows, console)
+    note_plain_prompts(cfg, train_rows, console)
     if prepare:
         prepare(cfg, train_rows, eval_rows)
     if main:
@@ -223,7 +223,7 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
                 callback.close()
 
 
-def _plain_prompt_note(cfg: RunConfig, rows, console: Console) -> None:
+def note_plain_prompts(cfg: RunConfig, rows, console: Console) -> None:
     """Say so before training when plain-string prompts meet a model with a chat template (rlft.chat)."""
     from rlft.chat import has_plain_prompts, plain_prompt_note
 

@@ -123,7 +123,7 @@ def save_checkpoint(accelerator, out: Path, step: int, state: dict, limit: int |
 def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, console: Console | None = None) -> RunResult:
     """Validate, estimate memory, then train; see the module docstring. Returns the run's result."""
     from rlft.data import load_split
-    from rlft.methods.common import _plain_prompt_note as plain_prompt_note
+    from rlft.methods.common import note_plain_prompts as plain_prompt_note
     from rlft.monitor import Holdout, prepare_watch
     from rlft.run import (
         RunRecord,
