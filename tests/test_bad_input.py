@@ -151,6 +151,16 @@ def test_overwrite_with_resume_is_refused_and_the_run_kept(cli, tmp_path):
     assert snapshot(run) == before
 
 
+@pytest.mark.parametrize("method,extra", [("kto", ()), ("rloo", ()), ("distill", ("--teacher", "tiny"))])
+def test_new_methods_refuse_overwrite_with_resume_before_anything(cli, tmp_path, method, extra):
+    """The early check (rlft.checks) runs for every training command, not only the first five."""
+    run = sft_run_folder(cli, tmp_path, status="interrupted")
+    before = snapshot(run)
+    r = cli(method, "--model", "tiny", *extra, "-o", run, "--resume", "--overwrite")
+    refused(r, "--overwrite and --resume")
+    assert snapshot(run) == before
+
+
 def _plain_lm(tmp_path, model) -> Path:
     return Path(shutil.copytree(model, tmp_path / "plain-lm", dirs_exist_ok=True))
 

@@ -49,7 +49,7 @@ def distill(
                       **common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
                                       lora, on_alarm, holdout, holdout_verifier),
                       "distill.teacher_model_name_or_path": teacher})
-    cfg = resolve_config("distill", recipe, flags, set_, print_config, resume)
+    cfg = resolve_config("distill", recipe, flags, set_, print_config, resume, overwrite)
     from rlft.methods import distill as method
 
     finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))

@@ -51,7 +51,7 @@ def kto(
                       **common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
                                       lora, on_alarm, holdout, holdout_verifier), "kto.beta": beta,
                       "kto.desirable_weight": desirable_weight, "kto.undesirable_weight": undesirable_weight})
-    cfg = resolve_config("kto", recipe, flags, set_, print_config, resume)
+    cfg = resolve_config("kto", recipe, flags, set_, print_config, resume, overwrite)
     from rlft.methods import kto as method
 
     finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))

@@ -59,7 +59,7 @@ def rloo(
                       "rloo.filter_prompts": filter_prompts or None, "rloo.reward_model": reward_model})
     if reward_model and not verifier:
         flags["rloo.verifiers"] = ([], "--reward-model")  # the reward model is the only reward
-    cfg = resolve_config("rloo", recipe, flags, set_, print_config, resume)
+    cfg = resolve_config("rloo", recipe, flags, set_, print_config, resume, overwrite)
     from rlft.methods import rloo as method
 
     finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
