@@ -157,8 +157,15 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
     if head == "score":
         auto = AutoModelForSequenceClassification
         kwargs["num_labels"] = 1
+    stacked = bool(base) and with_lora and model_cfg.lora.enabled
+    if stacked:
+        # A LoRA stage on a LoRA stage: the new adapter must name a base that already holds the earlier stage,
+        # or every later load (eval, merge, export, the next stage) silently drops it. Start from that base.
+        path, base = str(merged_parent(path, base, head)), None
     try:
-        model = auto.from_pretrained(base or path, **kwargs)
+        # An earlier stage's adapter is merged in fp32 whatever the run's dtype (one rounding, after the merge).
+        model = auto.from_pretrained(base or path, **({**kwargs, "dtype": _merge_dtype(dtype)} if base and not
+                                                      model_cfg.load_in_4bit else kwargs))
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:  # bad files, offline hub: one line
         from rlft.model_probe import load_problem
 
@@ -169,8 +176,10 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
         from peft import PeftModel
 
         # Merge an earlier stage's adapter into its base: this stage then starts from (and, for DPO/PPO,
-        # takes its reference from) the fine-tuned weights, and may add a fresh adapter of its own.
+        # takes its reference from) the fine-tuned weights. No new adapter follows here (see `stacked`).
         model = PeftModel.from_pretrained(model, path).merge_and_unload()
+        if not model_cfg.load_in_4bit:
+            model = model.to(dtype)
     if head == "score" and model.config.pad_token_id is None:  # the classifier finds the last token by pad id
         model.config.pad_token_id = model.config.eos_token_id
     if with_lora and model_cfg.lora.enabled:
@@ -232,6 +241,61 @@ def fix_cpu_4bit(model) -> int:
             module.support_avx512bf16_for_cpu = False
             fixed += 1
     return fixed
+
+
+def _merge_dtype(dtype):
+    import torch
+
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def merged_parent(adapter: str, base: str, head: str = "causal") -> Path:
+    """A plain model folder holding `base` with the adapter at `adapter` merged in, built once in the cache.
+
+    This is what a LoRA stage started from a LoRA stage trains on and what its adapter names as its base, so
+    the chain loads whole everywhere (rlft and plain peft). The merge is done in fp32 and saved in fp32; the
+    folder's name is a digest of the adapter's files and the base folder's weights (content, not paths), so a
+    retrained parent gives a new folder. A `merged_from.json` beside the weights says what it holds.
+    """
+    import hashlib
+    import json
+    import shutil
+
+    a, b = Path(adapter), Path(base)
+    digest = hashlib.sha256(f"{head}|{b.resolve() if b.exists() else base}".encode())
+    for folder in (a, b):
+        for f in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.json")):
+            if f.name in ("adapter_config.json", "config.json") or f.suffix == ".safetensors":
+                st = f.stat()
+                digest.update(f"{f.name}|{st.st_size}|{st.st_mtime_ns}".encode())
+                if f.parent == a:  # the adapter is small: hash its bytes (a rerun into the same folder changes them)
+                    digest.update(hashlib.sha256(f.read_bytes()).digest())
+    out = cache_dir() / f"merged-{digest.hexdigest()[:20]}"
+    if (out / "config.json").exists():
+        return out
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    auto = AutoModelForSequenceClassification if head == "score" else AutoModelForCausalLM
+    model = auto.from_pretrained(base, dtype=torch.float32, **({"num_labels": 1} if head == "score" else {}))
+    if head == "score" and model.config.pad_token_id is None:
+        model.config.pad_token_id = model.config.eos_token_id
+    model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp)
+        load_tokenizer(adapter).save_pretrained(tmp)
+        (tmp / "merged_from.json").write_text(json.dumps({"adapter": str(a.resolve()), "base": str(base),
+                                                          "dtype": "float32"}, indent=2) + "\n")
+        tmp.rename(out)
+    except OSError:
+        if not (out / "config.json").exists():  # not "another process built it first"
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def _has_tokenizer(path: str) -> bool:
