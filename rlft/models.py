@@ -185,6 +185,8 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
     if with_lora and model_cfg.lora.enabled:
         model = apply_lora(model, model_cfg.lora, quantized=model_cfg.load_in_4bit,
                            task="SEQ_CLS" if head == "score" else "CAUSAL_LM")
+        if trainable and not model_cfg.load_in_4bit:
+            _fp32_trainable(model)
     if not trainable:
         model.eval()
         model.requires_grad_(False)
@@ -241,6 +243,16 @@ def fix_cpu_4bit(model) -> int:
             module.support_avx512bf16_for_cpu = False
             fixed += 1
     return fixed
+
+
+def _fp32_trainable(model) -> None:
+    """Keep every trainable weight in fp32 over a bf16/fp16 base (peft casts the adapter itself; a score
+    head trained beside it, `modules_to_save`, would otherwise train in the base's dtype)."""
+    import torch
+
+    for p in model.parameters():
+        if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16):
+            p.data = p.data.float()
 
 
 def _merge_dtype(dtype):

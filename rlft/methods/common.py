@@ -31,6 +31,9 @@ from rlft.run import (
     write_json,
 )
 
+# The TRL methods that sample from the policy while training (rlft.sampling speeds that up under LoRA).
+SAMPLING_METHODS = ("grpo", "rloo", "distill")
+
 
 @dataclass
 class RunResult:
@@ -146,6 +149,9 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
     # the run folder (a secondary process would otherwise find it "not empty") and prints.
     main = is_main_process()
     console = process_console(console)
+    from rlft import precision
+
+    precision.apply(cfg, console)  # model.dtype / train.bf16 from the hardware, before any model loads
     train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed)  # validate before writing
     tracker_names(cfg.train.report_to)  # a tracker whose package is missing: refused before writing
     watch = prepare_watch(cfg)  # thresholds, alarm names, the holdout file: also before writing
@@ -178,6 +184,10 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
             if len(train_rows) >= PROGRESS_ROWS:
                 console.print(f"loading the model and tokenizing {len(train_rows):,} rows...", highlight=False)
             trainer = build(cfg, out, train_rows, eval_rows)
+            if cfg.method in SAMPLING_METHODS:  # LoRA on the CPU: sample from a merged copy (rlft.sampling)
+                from rlft.sampling import attach
+
+                attach(trainer.model, console)
             callback = make_run_callback(out, interrupt, console, f"{cfg.method}", cfg=cfg, watch=watch)
             callback.attach(trainer)
             trainer.add_callback(callback)

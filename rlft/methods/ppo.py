@@ -213,6 +213,9 @@ def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budg
     set_seed(cfg.train.seed)
     main = accelerator.is_main_process
     tok, policy, ref, value = build_networks(cfg)
+    from rlft.sampling import attach
+
+    attach(policy, console)  # LoRA on the CPU: rollouts from a merged copy of the policy (rlft.sampling)
     model = policy_and_value(policy, value)
     params = [p for p in model.parameters() if p.requires_grad]
     t = cfg.train  # AdamW as transformers' Trainer builds it: its TrainingArguments defaults, overridable here

@@ -1,0 +1,104 @@
+"""Which precision a run trains and samples in, from the hardware it runs on.
+
+GPUs: unchanged (TRL's bf16 autocast where the GPU supports it, `train.bf16` / `train.fp16` override).
+
+CPUs: bf16 matmuls run on AMX or AVX512-BF16 units where the CPU has them (measured here on an AMD EPYC with
+AVX512-BF16: a 512-row bf16 matmul 2.2x the fp32 one, BENCHMARKS.md); elsewhere bf16 is emulated and slower.
+On such a CPU a LoRA run keeps its frozen base weights in bf16 and its adapter (the only trainable weights) in
+fp32: each base matmul runs in bf16, the adapter's update is exact fp32, and nothing is cast per step. This is
+not TRL's `bf16=True`, which on a CPU is autocast over fp32 weights: every weight is re-cast at every op,
+sampling included, and a GRPO step took 100-190 s against ~15 s in fp32 on an AMX machine. Full fine-tuning
+stays fp32 by default (bf16 weights without an fp32 master copy drop updates smaller than their rounding);
+`--set train.bf16=true` then asks for TRL's autocast as given. `--set train.bf16=false` keeps fp32 weights.
+
+`decide` is pure (flags in, decision out) so it is testable on any machine; `apply` reads this machine and
+writes the decision into the run's config (model.dtype, train.bf16), which config.yaml then records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_bf16_flag(cpuinfo: str | None = None) -> str | None:
+    """The first CPU flag that gives native bf16 matmuls (`amx_bf16`, `avx512_bf16`), or None.
+
+    Linux only (/proc/cpuinfo); elsewhere None, i.e. fp32. Apple silicon's bf16 is not detected: fp32 there.
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")[:200_000]
+        except OSError:
+            return None
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[-1].split())
+            break
+    return next((f for f in BF16_FLAGS if f in flags), None)
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name (for benchmark records), or the platform's processor string."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")[:200_000]
+        except OSError:
+            cpuinfo = ""
+    for line in cpuinfo.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[-1].strip()
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+@dataclass
+class Precision:
+    weights: str  # model.dtype to load with: "bfloat16", "float32" or the user's own choice
+    autocast_bf16: bool | None  # what TRL's train.bf16 gets (None: TRL's hardware default decides)
+    line: str  # the one line a run prints
+
+
+def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: str,
+           bf16: bool | None) -> Precision:
+    """The precision of one run. `dtype` is model.dtype as configured, `bf16` train.bf16 (None: auto)."""
+    if cuda:
+        return Precision(dtype, bf16, "")
+    if four_bit:
+        return Precision(dtype, bf16, "precision: 4-bit base, fp32 compute on this CPU")
+    if not lora:
+        if bf16:
+            return Precision(dtype, True, "precision: bf16 autocast over fp32 weights (train.bf16=true, TRL's "
+                                          "autocast: slower than fp32 on most CPUs)")
+        return Precision(dtype, False, "precision: fp32 (full fine-tuning on the CPU; --lora trains in bf16 "
+                                       "where the CPU has bf16 units)" if flag else
+                         "precision: fp32 (this CPU has no bf16 units)")
+    if dtype != "auto":
+        return Precision(dtype, False, f"precision: {dtype} base weights (model.dtype), fp32 adapter")
+    if bf16 is False:
+        return Precision("float32", False, "precision: fp32 (train.bf16=false)")
+    if bf16 or flag:
+        why = f"the CPU has {flag}" if flag and bf16 is None else "train.bf16=true"
+        return Precision("bfloat16", False, f"precision: bf16 base weights + fp32 LoRA adapter ({why}; "
+                                            "--set train.bf16=false for fp32)")
+    return Precision("float32", False, "precision: fp32 (this CPU has no bf16 units: AMX or AVX512-BF16)")
+
+
+def apply(cfg, console=None) -> Precision:
+    """Decide for this machine and write the decision into `cfg` (model.dtype, train.bf16); print the line."""
+    import torch
+
+    m = cfg.values["model"]
+    t = cfg.values["train"]
+    p = decide(cuda=torch.cuda.is_available(), flag=cpu_bf16_flag(), lora=bool(m["lora"]["enabled"]),
+               four_bit=bool(m.get("load_in_4bit")), dtype=str(m.get("dtype") or "auto"), bf16=t.get("bf16"))
+    m["dtype"] = p.weights
+    if p.autocast_bf16 is not None or t.get("bf16") is not None:
+        t["bf16"] = p.autocast_bf16
+    if console is not None and p.line:
+        console.print(p.line, highlight=False)
+    return p

@@ -1,0 +1,113 @@
+"""Precision from the hardware, and sampling from a merged copy of a LoRA policy that follows every update."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlft.precision import cpu_bf16_flag, decide
+
+AMX = "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+ZEN4 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"
+OLD = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 fma\n"
+
+
+def test_bf16_units_are_read_from_the_cpu_flags():
+    assert cpu_bf16_flag(AMX) == "amx_bf16"
+    assert cpu_bf16_flag(ZEN4) == "avx512_bf16"
+    assert cpu_bf16_flag(OLD) is None
+    assert cpu_bf16_flag("") is None
+
+
+@pytest.mark.parametrize("kw, weights, autocast, says", [
+    # LoRA on a bf16 CPU: bf16 base, fp32 adapter, no autocast
+    (dict(flag="avx512_bf16", lora=True, bf16=None), "bfloat16", False, "bf16 base weights"),
+    (dict(flag="amx_bf16", lora=True, bf16=False), "float32", False, "train.bf16=false"),
+    (dict(flag=None, lora=True, bf16=None), "float32", False, "no bf16 units"),
+    (dict(flag=None, lora=True, bf16=True), "bfloat16", False, "train.bf16=true"),
+    # full fine-tuning stays fp32 unless asked; asked = TRL's autocast
+    (dict(flag="amx_bf16", lora=False, bf16=None), "auto", False, "fp32"),
+    (dict(flag="amx_bf16", lora=False, bf16=True), "auto", True, "autocast"),
+    # an explicit model.dtype wins
+    (dict(flag="amx_bf16", lora=True, bf16=None, dtype="float32"), "float32", False, "float32 base weights"),
+])
+def test_precision_rules(kw, weights, autocast, says):
+    args = {"cuda": False, "four_bit": False, "dtype": "auto", **kw}
+    p = decide(**args)
+    assert (p.weights, p.autocast_bf16) == (weights, autocast)
+    assert says in p.line
+
+
+def test_gpus_keep_trls_defaults():
+    p = decide(cuda=True, flag=None, lora=True, four_bit=False, dtype="auto", bf16=None)
+    assert (p.weights, p.autocast_bf16, p.line) == ("auto", None, "")
+
+
+@pytest.fixture
+def policy(tiny_dir):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
+    with torch.no_grad():  # a non-zero adapter, so merged and unmerged paths differ from the base
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    return peft
+
+
+def _greedy(model, ids):
+    return model.generate(input_ids=ids, attention_mask=ids.ne(-1), max_new_tokens=12, do_sample=False,
+                          pad_token_id=0, eos_token_id=3)
+
+
+def test_the_merged_copy_samples_what_the_policy_would_and_follows_each_update(policy):
+    import torch
+
+    from rlft.sampling import attach
+
+    ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
+    own = type(policy).generate(policy, input_ids=ids, attention_mask=ids.ne(-1), max_new_tokens=12,
+                                do_sample=False, pad_token_id=0, eos_token_id=3)
+    sampler = attach(policy)
+    try:
+        assert sampler is not None and policy.generate == sampler.generate
+        assert torch.equal(_greedy(policy, ids), own)  # fp32 base: the merged copy decodes the same tokens
+        assert sampler.refreshes == 1
+        _greedy(policy, ids)
+        assert sampler.refreshes == 1  # no update, no refresh
+        # one optimizer step on the adapter: the copy must follow
+        opt = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=5.0)
+        loss = policy(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        assert sampler.stale
+        after = _greedy(policy, ids)
+        assert sampler.refreshes == 2
+        assert torch.equal(after, type(policy).generate(policy, input_ids=ids, attention_mask=ids.ne(-1),
+                                                        max_new_tokens=12, do_sample=False, pad_token_id=0,
+                                                        eos_token_id=3))
+        with torch.no_grad():
+            merged_logits = sampler.copy(input_ids=ids).logits
+            policy_logits = policy(input_ids=ids).logits
+        assert torch.allclose(merged_logits, policy_logits, atol=1e-4)
+        # with the adapter disabled, generate is the base model's (the copy holds the adapted weights)
+        with policy.disable_adapter():
+            base = _greedy(policy, ids)
+            with torch.no_grad():
+                assert torch.equal(base, type(policy).generate(policy, input_ids=ids, attention_mask=ids.ne(-1),
+                                                                max_new_tokens=12, do_sample=False, pad_token_id=0,
+                                                                eos_token_id=3))
+    finally:
+        sampler.detach()
+    assert "generate" not in policy.__dict__
+
+
+def test_no_copy_without_an_adapter(tiny_dir):
+    from transformers import AutoModelForCausalLM
+
+    from rlft.sampling import attach
+
+    assert attach(AutoModelForCausalLM.from_pretrained(tiny_dir)) is None
