@@ -225,6 +225,10 @@ def resolve(method: str, recipe: str | Path | None = None, flags: dict[str, Any]
     if problems:
         head = problems[0] if len(problems) == 1 else f"{len(problems)} config problems:\n  " + "\n  ".join(problems)
         raise UserError(head, "fix the values above (rlft <method> --print-config shows the resolved config)")
+    if not merged.values.get("train.output_dir"):  # the schema's documented default: runs/<method>-<time>
+        from rlft.run import default_output_dir
+
+        merged.put("train.output_dir", default_output_dir(method), "default")
     return RunConfig(method, _nest(merged.values), merged.origins)
 
 

@@ -1,20 +1,17 @@
-"""Training callbacks shared by every method: metrics log, live progress, alarms, samples, held-out check.
+"""What a run's watch does while it trains, free of transformers: metrics log, alarms, samples, held-out scores.
 
-`RunCallback` is a transformers `TrainerCallback`; rlft's own PPO loop calls the same hooks. It
-  - writes metrics.jsonl at every logging step and drives a rich progress line (step / total, loss or
-    reward, KL, entropy, held-out score, and the alarm state);
-  - runs the alarm rules of `rlft.alarms` on the logged history at every log; a rule that fires is
+`Watcher` is driven by rlft.methods.callback.RunCallback (the TRL trainers) and by rlft's own PPO loop:
+  - it writes metrics.jsonl at every logging step; `ProgressLine` turns the records into the stats of the rich
+    progress line (loss or reward, KL, entropy, held-out score, and the alarm state);
+  - it runs the alarm rules of `rlft.alarms` on the logged history at every log; a rule that fires is
     printed (message, evidence, fix) and appended to alarms.jsonl, once per rule per run; with
-    `watch.on_alarm: stop` it also asks the trainer to save a checkpoint and stop (`stopped_by`);
-  - with `watch.holdout` set, scores the model greedily on up to holdout_max_rows held-out rows with
-    holdout_verifier at the start, every holdout_every steps and at the last step, and logs
-    `heldout/pass_at_1` (the reward-hacking alarm compares it with the training reward);
-  - at every save and eval (and at the end) writes a few samples to samples.jsonl and prints them: for
-    GRPO, the real rollouts of the latest step with their rewards, captured by wrapping the trainer's
-    reward functions (`attach`); otherwise, the latest held-out check's completions and scores. Per
-    prompt, the best and the worst completion, for up to watch.samples prompts;
-  - turns a SIGINT/SIGTERM caught by `rlft.run.Interrupt` into "save a checkpoint, then stop".
-The logic lives in `Watcher` (no transformers), so it can be driven by any training loop.
+    `watch.on_alarm: stop` it also records the alarm that asked for the stop (`stopped_by`);
+  - with `watch.holdout` set (rlft.watch), the caller asks it to score the model greedily on the held-out
+    rows, logged as `heldout/pass_at_1` (the reward-hacking alarm compares it with the training reward);
+  - it writes a few samples to samples.jsonl and prints them: for GRPO/RLOO/PPO, the real rollouts of the
+    latest step with their rewards, captured by `RolloutRecorder` wrapping the reward functions; otherwise,
+    the latest held-out check's completions and scores. Per prompt, the best and the worst completion, for up
+    to watch.samples prompts.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +33,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from rlft.alarms import Alarm, Thresholds, check, repetition
-from rlft.run import Interrupt, is_main_process
+from rlft.alarms import Alarm, check, repetition
+from rlft.run import is_main_process, read_jsonl
+from rlft.watch import WatchSetup
 
 # The keys shown on the progress line, in order, when the trainer logs them.
 SHOWN = ("loss", "reward", "rewards/accuracies", "rewards/margins", "kl", "entropy", "eval_loss",
@@ -55,6 +52,18 @@ def progress_bar(console: Console) -> Progress:
                     TimeRemainingColumn(), console=console, transient=False)
 
 
+class ProgressLine:
+    """The stats of the progress line: the latest value of each SHOWN key the run has logged, then the alarms."""
+
+    def __init__(self) -> None:
+        self.shown: dict[str, float] = {}
+
+    def stats(self, record: dict[str, Any], alarm_names: list[str]) -> str:
+        self.shown.update({k: v for k, v in record.items() if k in SHOWN and isinstance(v, (int, float))})
+        stats = "  ".join(f"{LABELS.get(k, k)} {self.shown[k]:.4g}" for k in SHOWN if k in self.shown)
+        return f"{stats}  {alarm_state(alarm_names)}"
+
+
 def clean_logs(logs: dict[str, Any]) -> dict[str, Any]:
     """Floats rounded for the log; NaN/inf kept as strings so the JSON stays valid."""
     out = {}
@@ -64,57 +73,6 @@ def clean_logs(logs: dict[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-# --------------------------------------------------------------------------- setup (before the run folder)
-
-
-@dataclass
-class Holdout:
-    """The held-out check: rows with gold fields, the verifier's reward function, and when to run."""
-
-    rows: list[dict]
-    scorer: Callable
-    verifier: str
-    every: int
-    max_new_tokens: int
-
-
-@dataclass
-class WatchSetup:
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    on_alarm: str = "warn"
-    holdout: Holdout | None = None
-    samples: int = 3
-
-
-def prepare_watch(cfg) -> WatchSetup:
-    """Read and validate the `watch` section: thresholds, alarm names, the held-out file and its gold.
-    Called before the run folder is touched, so a bad holdout file leaves nothing behind."""
-    watch = dict(cfg.values.get("watch") or {}) if cfg is not None else {}
-    setup = WatchSetup(Thresholds.from_watch(watch, getattr(cfg, "method", None)), watch.get("on_alarm") or "warn",
-                       samples=int(watch.get("samples", 3) if watch.get("samples") is not None else 3))
-    if watch.get("holdout"):
-        from rlft.data import read_rows
-        from rlft.verifiers.loading import load_verifiers, validate_gold
-
-        spec = watch.get("holdout_verifier") or "math"
-        rows = read_rows(watch["holdout"], max_rows=watch.get("holdout_max_rows") or 100)
-        if (cfg.values.get("data") or {}).get("as_chat"):  # held-out prompts are wrapped like the training prompts
-            from rlft.chat import wrap_as_chat
-
-            rows = wrap_as_chat(rows)
-        validate_gold(rows, [spec])
-        scorer, _ = load_verifiers([spec])
-        setup.holdout = Holdout([r.data for r in rows], scorer, spec, int(watch.get("holdout_every") or 50),
-                                int(watch.get("holdout_max_new_tokens") or 32))
-    return setup
 
 
 # --------------------------------------------------------------------------- rollouts (GRPO)
@@ -350,143 +308,3 @@ def alarm_state(names: list[str]) -> str:
     return "[bold red]ALARM " + ",".join(names) + "[/]"
 
 
-# --------------------------------------------------------------------------- the transformers callback
-
-
-def _callback_base():
-    from transformers import TrainerCallback
-
-    return TrainerCallback
-
-
-def make_run_callback(out: Path, interrupt: Interrupt, console: Console, label: str, cfg=None,
-                      watch: WatchSetup | None = None):
-    """Build the callback (the class is created here so transformers is imported only when training).
-
-    `watch` comes from `prepare_watch(cfg)`; with only `cfg`, it is prepared here; with neither, the
-    defaults (alarms that warn, no held-out check)."""
-    setup = watch or (prepare_watch(cfg) if cfg is not None else WatchSetup())
-
-    class RunCallback(_callback_base()):
-        def __init__(self) -> None:
-            self.progress: Progress | None = None
-            self.task = None
-            self.watcher = Watcher(out, console, setup)
-            self.last: dict[str, Any] = {}
-            self.shown: dict[str, float] = {}
-            self.max_steps = 0
-
-        @property
-        def stopped_by(self) -> Alarm | None:
-            return self.watcher.stopped_by
-
-        @property
-        def alarms(self) -> list[dict]:
-            return self.watcher.fired
-
-        def attach(self, trainer) -> None:
-            """Wrap a GRPO-style trainer's plain reward functions to capture rollouts and their rewards."""
-            funcs = getattr(trainer, "reward_funcs", None)
-            if not funcs:
-                return
-            weights = getattr(trainer, "reward_weights", None)
-            recorder = RolloutRecorder()
-            for i, fn in enumerate(funcs):
-                if callable(fn) and not _is_module(fn) and not _is_async(fn):
-                    w = float(weights[i]) if weights is not None and len(weights) > i else 1.0
-                    funcs[i] = recorder.wrap(fn, i, w)
-            if recorder.weights:
-                self.watcher.recorder = recorder
-
-        # ---- hooks
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.max_steps = state.max_steps
-            self.progress = progress_bar(console)
-            self.progress.start()
-            self.task = self.progress.add_task(label, total=state.max_steps, completed=state.global_step,
-                                               stats=alarm_state(self.watcher.alarm_names))
-            if setup.holdout is not None:
-                self._heldout(state, control, kwargs)
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if self.progress is not None:
-                self.progress.update(self.task, completed=state.global_step)
-            h = setup.holdout
-            if h is not None and (state.global_step % h.every == 0 or state.global_step == state.max_steps):
-                self._heldout(state, control, kwargs)
-            if interrupt.signum is not None:
-                control.should_save = True
-                control.should_training_stop = True
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if not logs:
-                return
-            record = {"step": state.global_step, "epoch": round(state.epoch or 0.0, 4), **clean_logs(logs)}
-            self.watcher.log(record)
-            self.last.update(record)
-            self._stop_if_asked(control)
-            self._refresh(record)
-
-        def on_save(self, args, state, control, **kwargs):
-            self._samples(state)
-
-        def on_evaluate(self, args, state, control, **kwargs):
-            self._samples(state)
-
-        def on_train_end(self, args, state, control, **kwargs):
-            if self.watcher.last_samples_step != state.global_step:
-                self._samples(state)
-            if self.progress is not None:
-                self.progress.update(self.task, completed=state.global_step)
-                self.progress.stop()
-            self.watcher.flush()
-
-        # ---- helpers
-        def _heldout(self, state, control, kwargs) -> None:
-            model, tok = kwargs.get("model"), kwargs.get("processing_class") or kwargs.get("tokenizer")
-            if model is None or tok is None:
-                return
-            if any(r.get("step") == state.global_step and "heldout/pass_at_1" in r for r in self.watcher.history):
-                return
-            record = self.watcher.heldout(model, tok, state.global_step, state.epoch or 0.0)
-            self._stop_if_asked(control)
-            self._refresh(record)
-
-        def _samples(self, state) -> None:
-            if self.watcher.last_samples_step == state.global_step:
-                return
-            self.watcher.samples(state.global_step)
-
-        def _stop_if_asked(self, control) -> None:
-            if self.watcher.stopped_by is not None:
-                control.should_save = True
-                control.should_training_stop = True
-
-        def _refresh(self, record: dict) -> None:
-            self.shown.update({k: v for k, v in record.items() if k in SHOWN and isinstance(v, (int, float))})
-            stats = "  ".join(f"{LABELS.get(k, k)} {self.shown[k]:.4g}" for k in SHOWN if k in self.shown)
-            if self.progress is not None:
-                self.progress.update(self.task, stats=f"{stats}  {alarm_state(self.watcher.alarm_names)}")
-
-        def close(self) -> None:
-            if self.progress is not None and self.progress.live.is_started:
-                self.progress.stop()
-            self.watcher.close()
-
-    return RunCallback()
-
-
-def _is_async(fn: Any) -> bool:
-    """TRL awaits async reward functions; a sync wrapper would hand it a coroutine, so those stay unwrapped."""
-    import inspect
-
-    call = type(fn).__dict__.get("__call__")  # a callable object: is its __call__ a coroutine function?
-    return inspect.iscoroutinefunction(fn) or (call is not None and inspect.iscoroutinefunction(call))
-
-
-def _is_module(obj: Any) -> bool:
-    try:
-        from torch import nn
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(obj, nn.Module)

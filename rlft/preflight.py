@@ -44,8 +44,9 @@ class PreflightResult:
 
 
 def verdict_for(pass_rate: float, mixed_fraction: float, truncation_rate: float, min_mixed: float,
-                num_generations: int) -> tuple[str, list[str]]:
-    """`go` or `refuse`, and advice that names the fix (pure: tested on given numbers)."""
+                num_generations: int, section: str = "grpo") -> tuple[str, list[str]]:
+    """`go` or `refuse`, and advice that names the fix, in the run's own config section (`grpo` or `rloo`;
+    pure: tested on given numbers)."""
     advice = []
     if mixed_fraction < min_mixed:
         if pass_rate == 0.0:
@@ -54,18 +55,18 @@ def verdict_for(pass_rate: float, mixed_fraction: float, truncation_rate: float,
             advice.append("the model (almost) always passes: use harder prompts, or --filter-prompts to keep "
                           "only prompts it sometimes fails")
         else:
-            advice.append("groups are all-fail or all-pass: use a verifier with partial credit "
-                          f"(e.g. label_partial), or a larger group (--set grpo.num_generations={num_generations * 2})")
+            advice.append("groups are all-fail or all-pass: use a verifier with partial credit (e.g. label_partial), "
+                          f"or a larger group (--set {section}.num_generations={num_generations * 2})")
     if truncation_rate > 0.2:
         advice.append(f"{truncation_rate:.0%} of completions hit max_completion_length: raise it "
-                      "(--set grpo.max_completion_length=...) or the reward is scored on cut-off text")
+                      f"(--set {section}.max_completion_length=...) or the reward is scored on cut-off text")
     return ("refuse" if mixed_fraction < min_mixed else "go"), advice
 
 
 def probe(net, tok, rows: list[dict], reward_fn: Callable, *, num_generations: int = 8, max_prompts: int = 32,
           max_new_tokens: int = 64, temperature: float = 1.0, min_mixed: float = 0.1,
-          batch_size: int = 64) -> PreflightResult:
-    """Sample, score and judge (the model is already loaded)."""
+          batch_size: int = 64, section: str = "grpo") -> PreflightResult:
+    """Sample, score and judge (the model is already loaded); the advice names `section`'s keys."""
     from rlft.evaluate import generate_detailed
 
     rows = rows[:max_prompts]
@@ -91,7 +92,7 @@ def probe(net, tok, rows: list[dict], reward_fn: Callable, *, num_generations: i
     pass_rate = sum(s >= 1.0 for s in scores) / n
     mixed_fraction = sum(mixed) / len(mixed)
     truncation = 1 - sum(finished) / n
-    verdict, advice = verdict_for(pass_rate, mixed_fraction, truncation, min_mixed, num_generations)
+    verdict, advice = verdict_for(pass_rate, mixed_fraction, truncation, min_mixed, num_generations, section)
     return PreflightResult(len(rows), num_generations, pass_rate, mixed_fraction, truncation, parse_failures,
                            verdict, advice, mixed)
 

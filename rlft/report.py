@@ -23,6 +23,7 @@ from typing import Any
 
 from rlft.alarms import to_float
 from rlft.errors import UserError
+from rlft.run import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -52,19 +53,6 @@ HEADLINE = ("loss", "eval_loss", "reward", "heldout/pass_at_1", "kl", "entropy",
             "completions/mean_length")
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut by a killed run
-                continue
-    return out
-
-
 def series(history: list[dict], key: str) -> list[tuple[int, float]]:
     """(step, value) of the finite values logged under `key`."""
     out = []
@@ -87,8 +75,8 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     summary = _read_doc(run_dir / "summary.json", json.loads, {})
     config = _read_doc(run_dir / "config.yaml", yaml.safe_load, {})
     return {"dir": run_dir, "summary": summary, "config": config or {},
-            "history": _read_jsonl(run_dir / "metrics.jsonl"), "alarms": _read_jsonl(run_dir / "alarms.jsonl"),
-            "samples": _read_jsonl(run_dir / "samples.jsonl"),
+            "history": read_jsonl(run_dir / "metrics.jsonl"), "alarms": read_jsonl(run_dir / "alarms.jsonl"),
+            "samples": read_jsonl(run_dir / "samples.jsonl"),
             "preflight": _read_doc(run_dir / "preflight.json", json.loads, None)}
 
 

@@ -129,8 +129,8 @@ def test_resume_of_a_completed_run_needs_more_steps(cli, tmp_path):
     r = cli("sft", "--data", SFT_DATA, "-o", run, "--max-steps", "2", "--resume")
     refused(r, "already completed (2 steps)")
     assert snapshot(run) == before
-    from rlft.checks import check_resume
     from rlft.config import resolve
+    from rlft.run import check_resume
 
     grown = resolve("sft", flags={"data.train": ([str(SFT_DATA)], "--data"), "train.max_steps": (5, "--max-steps"),
                                   "train.output_dir": (str(run), "-o")})

@@ -42,11 +42,13 @@ def _tiny_with_template(tmp_path, tiny_dir, template: str):
 
 def _learned_text(folder, tmp_path, sets=()):
     """Build rlft's SFT trainer on CHATS and decode the tokens of the first row that carry a loss."""
-    from rlft.methods.sft import build
+    from rich.console import Console
+
+    from rlft.methods.sft import build, prepare
 
     cfg = resolve("sft", None, {}, [f"model.name_or_path={folder}", "sft.max_length=512", *sets])
     rows = [Row("chats", i + 1, r) for i, r in enumerate(CHATS)]
-    trainer = build(cfg, tmp_path / "out", rows, [])
+    trainer = build(cfg, tmp_path / "out", prepare(cfg, rows, [], Console(quiet=True)))
     batch = trainer.data_collator([trainer.train_dataset[0]])
     ids, labels = batch["input_ids"][0], batch["labels"][0]
     learned = trainer.processing_class.decode(ids[labels != -100])

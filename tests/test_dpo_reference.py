@@ -24,12 +24,14 @@ def no_reload_by_trl(monkeypatch):
 
 
 def build_dpo(tmp_path, *sets: str):
-    from rlft.methods.dpo import build
+    from rich.console import Console
+
+    from rlft.methods.dpo import build, prepare
 
     rows = read_rows(str(DATA / "arith/pairs_train.jsonl"))[:8]
     cfg = resolve("dpo", None, {}, [f"train.output_dir={tmp_path}", "dpo.max_length=32", "model.dtype=float32",
                                     "model.lora.dropout=0.0", *sets], check_trl=False)
-    return build(cfg, tmp_path, rows, [])
+    return build(cfg, tmp_path, prepare(cfg, rows, [], Console(quiet=True)))
 
 
 def test_full_model_reference_is_a_distinct_frozen_copy_of_the_start(tmp_path, tiny_dir, monkeypatch):

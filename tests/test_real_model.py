@@ -68,14 +68,16 @@ def test_smollm2_converted_folder(smollm2):
 
 def test_smollm2_loss_mask_is_the_last_assistant_turn(smollm2, tmp_path):
     """SmolLM2's template has no training variant in TRL: the fallback learns the last assistant turn only."""
+    from rich.console import Console
+
     from rlft.config import resolve
     from rlft.data import Row
-    from rlft.methods.sft import build
+    from rlft.methods.sft import build, prepare
 
     chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
                          {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
     cfg = resolve("sft", None, {}, ["model.name_or_path=smollm2", "sft.max_length=128", "model.lora.enabled=true"])
-    trainer = build(cfg, tmp_path / "out", [Row("c", 1, chat)], [])
+    trainer = build(cfg, tmp_path / "out", prepare(cfg, [Row("c", 1, chat)], [], Console(quiet=True)))
     batch = trainer.data_collator([trainer.train_dataset[0]])
     ids, labels = batch["input_ids"][0], batch["labels"][0]
     tok = trainer.processing_class

@@ -15,12 +15,14 @@ from rlft.data import read_rows
 def test_scoring_path_tokenizes_exactly_like_reward_trainer(tmp_path, tiny_dir, pairs):
     """What the reward model is trained on (RewardTrainer's own tokenisation, eos appended for plain
     text) must equal what `rlft.reward_scoring` feeds it when PPO or GRPO score a completion."""
-    from rlft.methods.reward import build
+    from rich.console import Console
+
+    from rlft.methods.reward import build, prepare
     from rlft.reward_scoring import reward_input_ids
 
     rows = read_rows(str(DATA / pairs))[:20]
     cfg = resolve("reward", None, {}, ["train.output_dir=" + str(tmp_path), "reward.max_length=1024"])
-    trainer = build(cfg, tmp_path, rows, [])
+    trainer = build(cfg, tmp_path, prepare(cfg, rows, [], Console(quiet=True)))
     tok = trainer.processing_class
     for i, row in enumerate(rows):
         d = row.data

@@ -128,8 +128,8 @@ def test_grpo_stops_at_the_template_end_of_turn_when_eos_differs(tmp_path):
                                      "train.per_device_train_batch_size=2", "train.max_steps=1",
                                      f"train.output_dir={tmp_path / 'run'}"])
     rows = [Row("p", i + 1, {"prompt": p, "answer": "2"}) for i, p in enumerate(PROMPTS)]
-    state = prepare(cfg, rows, [], Console(quiet=True))
-    trainer = build(cfg, tmp_path / "run", rows, [], **{k: state[k] for k in ("model", "tok", "reward_fn")})
-    tok = state["tok"]
+    prepared = prepare(cfg, rows, [], Console(quiet=True))
+    trainer = build(cfg, tmp_path / "run", prepared)
+    tok = prepared.tok
     assert tok.convert_tokens_to_ids("<|im_end|>") in trainer.eos_token_ids
     assert tok.eos_token_id in trainer.eos_token_ids

@@ -40,7 +40,8 @@ def test_watcher_stops_once_and_writes_alarms(tmp_path):
     from rich.console import Console
 
     from rlft.alarms import Thresholds
-    from rlft.monitor import Watcher, WatchSetup
+    from rlft.monitor import Watcher
+    from rlft.watch import WatchSetup
 
     console = Console(file=io.StringIO(), width=200)
     w = Watcher(tmp_path, console, WatchSetup(Thresholds(zero_signal_logs=2), on_alarm="stop"))

@@ -24,10 +24,10 @@ from rlft.commands.options import (
     Seed,
     Sets,
     common_flags,
-    err_console,
     finish,
     flags_of,
     resolve_config,
+    run_method,
 )
 
 
@@ -50,6 +50,4 @@ def distill(
                                       lora, on_alarm, holdout, holdout_verifier),
                       "distill.teacher_model_name_or_path": teacher})
     cfg = resolve_config("distill", recipe, flags, set_, print_config, resume, overwrite)
-    from rlft.methods import distill as method
-
-    finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+    finish(run_method(cfg, overwrite, resume))

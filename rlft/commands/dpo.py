@@ -25,10 +25,10 @@ from rlft.commands.options import (
     Seed,
     Sets,
     common_flags,
-    err_console,
     finish,
     flags_of,
     resolve_config,
+    run_method,
 )
 
 
@@ -47,6 +47,4 @@ def dpo(
                       **common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
                                       lora, on_alarm, holdout, holdout_verifier), "dpo.beta": beta})
     cfg = resolve_config("dpo", recipe, flags, set_, print_config, resume, overwrite)
-    from rlft.methods import dpo as method
-
-    finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+    finish(run_method(cfg, overwrite, resume))

@@ -24,11 +24,11 @@ from rlft.commands.options import (
     Seed,
     Sets,
     common_flags,
-    err_console,
     finish,
     flags_of,
     out_console,
     resolve_config,
+    run_method,
 )
 
 
@@ -65,19 +65,17 @@ def grpo(
     if dry_run:
         _print_plan(cfg)
         raise typer.Exit(0)
-    from rlft.methods import grpo as method
-
-    finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+    finish(run_method(cfg, overwrite, resume))
 
 
 def _print_plan(cfg) -> None:
     from rlft.data import read_many
-    from rlft.methods.grpo import plan
+    from rlft.methods.group_rl import plan
     from rlft.verifiers.loading import validate_gold
 
     rows = read_many(cfg.data.train, fields=cfg.data.fields, split=cfg.data.split, max_rows=cfg.data.max_rows)
     validate_gold(rows, list(cfg.grpo.verifiers))
-    p = plan(cfg, len(rows))
+    p = plan(cfg, "grpo", len(rows))
     out_console.print(
         f"GRPO plan: {p['steps']} steps x {p['prompts_per_step']} prompts x G={p['num_generations']} "
         f"= {p['rollouts']:,} sampled completions\n"

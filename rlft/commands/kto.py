@@ -25,10 +25,10 @@ from rlft.commands.options import (
     Seed,
     Sets,
     common_flags,
-    err_console,
     finish,
     flags_of,
     resolve_config,
+    run_method,
 )
 
 
@@ -52,6 +52,4 @@ def kto(
                                       lora, on_alarm, holdout, holdout_verifier), "kto.beta": beta,
                       "kto.desirable_weight": desirable_weight, "kto.undesirable_weight": undesirable_weight})
     cfg = resolve_config("kto", recipe, flags, set_, print_config, resume, overwrite)
-    from rlft.methods import kto as method
-
-    finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+    finish(run_method(cfg, overwrite, resume))

@@ -77,24 +77,35 @@ def common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size
 def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, resume: bool = False,
                    overwrite: bool = False, check: bool = True):
     """The validated config; then, unless --print-config (or `check` is off: a dry run that only plans),
-    every check that needs no data and no weights (rlft.checks: run folder vs inputs, --resume, models,
-    verifier plugins) before anything is written."""
-    from rlft.checks import check_before_run, expand_user_paths
+    every check that needs no data and no weights before anything is written: the run folder against the
+    inputs and --resume (rlft.run.check_run_folder), then models and verifier plugins (rlft.checks)."""
+    from rlft.checks import check_inputs, expand_user_paths
     from rlft.config import resolve
-    from rlft.run import default_output_dir
+    from rlft.run import check_run_folder
 
     cfg = resolve(method, recipe, flags, sets)
     expand_user_paths(cfg)
-    if resume and not cfg.train.output_dir:
+    if resume and cfg.origins.get("train.output_dir") == "default":
         raise UserError("--resume needs the run folder", "pass --output-dir DIR of the interrupted run")
-    if not cfg.train.output_dir:
-        cfg.values["train"]["output_dir"] = default_output_dir(method)
     if print_config:
         sys.stdout.write(cfg.to_yaml())  # plain text: rich would wrap long paths
         raise typer.Exit(0)
     if check:
-        check_before_run(cfg, overwrite=overwrite, resume=resume)
+        check_run_folder(cfg, overwrite=overwrite, resume=resume)
+        check_inputs(cfg)
     return cfg
+
+
+def run_method(cfg, overwrite: bool = False, resume: bool = False):
+    """Run the config's method: rlft's own loop for PPO, rlft.methods.common.train for the TRL-backed ones."""
+    from rlft.methods import distill, dpo, grpo, kto, ppo, reward, rloo, sft
+    from rlft.methods.common import train
+
+    if cfg.method == "ppo":
+        return ppo.run(cfg, overwrite=overwrite, resume=resume, console=err_console)
+    module = {"sft": sft, "dpo": dpo, "kto": kto, "reward": reward, "grpo": grpo, "rloo": rloo,
+              "distill": distill}[cfg.method]
+    return train(cfg, module, overwrite=overwrite, resume=resume, console=err_console)
 
 
 def finish(result) -> None:

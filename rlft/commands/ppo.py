@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from rlft.commands.options import common_flags, err_console, finish, flags_of, resolve_config
+from rlft.commands.options import common_flags, finish, flags_of, resolve_config, run_method
 
 
 def ppo(
@@ -58,6 +58,4 @@ def ppo(
     if reward_model and not verifier:
         flags["ppo.verifiers"] = ([], "--reward-model")  # the reward model is the only reward (as in grpo)
     cfg = resolve_config("ppo", recipe, flags, set_, print_config, resume, overwrite)
-    from rlft.methods import ppo as method
-
-    finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+    finish(run_method(cfg, overwrite, resume))

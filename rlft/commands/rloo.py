@@ -24,10 +24,10 @@ from rlft.commands.options import (
     Seed,
     Sets,
     common_flags,
-    err_console,
     finish,
     flags_of,
     resolve_config,
+    run_method,
 )
 
 
@@ -60,6 +60,4 @@ def rloo(
     if reward_model and not verifier:
         flags["rloo.verifiers"] = ([], "--reward-model")  # the reward model is the only reward
     cfg = resolve_config("rloo", recipe, flags, set_, print_config, resume, overwrite)
-    from rlft.methods import rloo as method
-
-    finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+    finish(run_method(cfg, overwrite, resume))

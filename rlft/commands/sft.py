@@ -25,10 +25,10 @@ from rlft.commands.options import (
     Seed,
     Sets,
     common_flags,
-    err_console,
     finish,
     flags_of,
     resolve_config,
+    run_method,
 )
 
 
@@ -46,6 +46,4 @@ def sft(
                       **common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
                                       lora, on_alarm, holdout, holdout_verifier)})
     cfg = resolve_config("sft", recipe, flags, set_, print_config, resume, overwrite)
-    from rlft.methods import sft as method
-
-    finish(method.run(cfg, overwrite=overwrite, resume=resume, console=err_console))
+    finish(run_method(cfg, overwrite, resume))

@@ -1,24 +1,35 @@
-"""What every method shares: the TRL config from rlft's config, hardware defaults, and the run driver.
+"""What every method shares: the TRL config from rlft's config, hardware defaults, and one run lifecycle.
 
-`train_with(cfg, build)` is the pipe every TRL-backed method runs through:
-validated config + data -> prepare the run folder -> build the trainer -> train under signal handling
--> save the final model -> summary.json. A method module only supplies `build(cfg, out, train_rows,
-eval_rows)` returning a trainer, plus its data kind.
+A TRL-backed method module (sft, dpo, kto, reward, grpo, rloo, distill) is four names at module level, the
+same in each (torchtune's setup/train/cleanup, without a class):
+  KIND                                              the rows it trains on (rlft.data)
+  prepare(cfg, train_rows, eval_rows, console)      before the run folder exists: checks that need the data
+      -> Prepared                                   or the tokenizer, models loaded early, rows filtered
+                                                    (returned, never written into the caller's list)
+  build(cfg, out, prepared) -> trainer              the TRL trainer
+  after(cfg, trainer, prepared, console) -> dict    extra final metrics (held-out scores), often {}
+and `train(cfg, module)` runs it: validated config + data -> prepare -> the run folder -> build -> train under
+signal handling -> save the final model -> summary.json and the report.
+
+`start_run` and `Run.end` are the lifecycle that rlft's PPO shares with `train`: data and watch checks, the
+folder check before any slow work, `prepare`, the run folder with config.yaml + versions.json, the RunRecord
+(summary.json), and the three endings (interrupted, stopped, completed) with their console lines and report.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from types import ModuleType
+from typing import Any
 
 from rich.console import Console
 
 from rlft.config import RunConfig, trl_kwargs
 from rlft.errors import UserError
-from rlft.monitor import make_run_callback
 from rlft.run import (
     Interrupt,
     RunRecord,
@@ -26,6 +37,7 @@ from rlft.run import (
     last_checkpoint,
     prepare_output_dir,
     process_console,
+    read_json,
     versions,
     wait_for_everyone,
     write_json,
@@ -128,21 +140,72 @@ def clamp_max_length(cfg_value: int, model) -> int:
     return min(cfg_value, limit) if limit else cfg_value
 
 
-def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = False, resume: bool = False,
-               console: Console | None = None, after: Callable | None = None,
-               prepare: Callable | None = None) -> RunResult:
-    """Run one TRL-backed training job end to end; see the module docstring.
+@dataclass
+class Prepared:
+    """What a method's `prepare` hands to `build` and `after`: the rows to train and score on (filtered when the
+    method filters them), and whatever it loaded or measured before the run folder existed."""
 
-    `prepare(cfg, train_rows, eval_rows)` runs after data validation and before the run folder is
-    touched (GRPO's pre-flight lives there: a refused run leaves nothing behind); `after(trainer, out)`
-    returns extra final metrics (held-out scores). The run is watched (rlft.monitor: alarms, samples, the
-    held-out check of `watch`); with `watch.on_alarm: stop` an alarm saves a checkpoint and ends the run
-    as `stopped` (exit code 4). Every run that ends, completed, interrupted or stopped, gets its report.
-    """
+    train_rows: list
+    eval_rows: list
+    tok: Any = None
+    model: Any = None
+    reward_fn: Any = None
+    preflight: Any = None  # rlft.preflight.ProbeResult, written to preflight.json
+    summary: dict[str, Any] = field(default_factory=dict)  # extra summary.json fields (PPO's memory estimate)
+
+
+@dataclass
+class Run:
+    """One run between its folder's creation and its ending: where it writes and how it ends."""
+
+    cfg: RunConfig
+    out: Path
+    record: RunRecord
+    watch: Any  # rlft.watch.WatchSetup
+    console: Console
+    main: bool
+    checkpoint: Path | None = None  # the checkpoint a --resume continues from
+    prior: dict[str, Any] = field(default_factory=dict)  # summary.json as the earlier part of the run left it
+
+    def end(self, status: str, step: int, *, alarms: list[str], signum: int | None = None, stopped_by=None,
+            final: dict[str, Any] | None = None, **fields: Any) -> RunResult:
+        """Record one of the three endings in summary.json, say it, write the report; the CLI's result.
+
+        interrupted: a checkpoint was saved at `step` (exit 128 + signum); stopped: an alarm under
+        watch.on_alarm=stop ended the run after saving a checkpoint (exit 4); completed: `final` metrics."""
+        from rlft.monitor import STOPPED_EXIT_CODE
+        from rlft.report import report_and_print
+
+        out, console = self.out, self.console
+        if status == "interrupted":
+            self.record.finish("interrupted", global_step=step, signal=signum,
+                               checkpoint=str(last_checkpoint(out)), alarms=alarms, **fields)
+            console.print(f"[yellow]interrupted[/] at step {step}; checkpoint saved. "
+                          f"Continue with the same command plus --resume --output-dir {out}")
+            result = RunResult("interrupted", out, 128 + signum)
+        elif status == "stopped":
+            self.record.finish("stopped", global_step=step, stopped_by=stopped_by.as_dict(),
+                               checkpoint=str(last_checkpoint(out)), alarms=alarms, **fields)
+            console.print(f"[red]stopped[/] at step {step} by the {stopped_by.name} alarm "
+                          f"(watch.on_alarm=stop); checkpoint saved: {last_checkpoint(out)}")
+            result = RunResult("stopped", out, STOPPED_EXIT_CODE)
+        else:
+            self.record.finish("completed", global_step=step, final_metrics=final or {}, alarms=alarms, **fields)
+            result = RunResult("completed", out, 0, final or {})
+        if self.main:
+            report_and_print(out, console)
+        return result
+
+
+def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool = False, resume: bool = False,
+              console: Console | None = None) -> tuple[Run, Prepared]:
+    """Everything before training, for every method (`kind` of rows, the method's `prepare`): see the module
+    docstring. Nothing is written before `prepare` returns (a refused pre-flight leaves nothing behind); from
+    the RunRecord on, any ending is recorded in summary.json (the caller wraps training in
+    `run.record.closing_on_error()`)."""
     from rlft.data import load_split
-    from rlft.monitor import STOPPED_EXIT_CODE, prepare_watch
     from rlft.quiet import quiet_libraries
-    from rlft.report import report_and_print
+    from rlft.watch import prepare_watch
 
     quiet_libraries()
     # Under torchrun / accelerate launch every process runs this; only the main one checks, creates and writes
@@ -158,79 +221,88 @@ def train_with(cfg: RunConfig, kind: str, build: Callable, *, overwrite: bool = 
     if not resume and main:  # refuse a busy output_dir before any slow work
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
     note_plain_prompts(cfg, train_rows, console)
-    if prepare:
-        prepare(cfg, train_rows, eval_rows)
+    prepared = prepare(cfg, train_rows, eval_rows, console)
     if main:
         out = prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, resume=resume)
-        (out / "config.yaml").write_text(cfg.to_yaml())
-        write_json(out / "versions.json", versions())
     else:
         out = Path(cfg.train.output_dir)
     wait_for_everyone()  # the others start only once the main process has (re)made the folder
     ckpt = last_checkpoint(out) if resume else None
+    prior = read_json(out / "summary.json") if resume and (out / "summary.json").exists() else {}
+    if main:
+        (out / "config.yaml").write_text(cfg.to_yaml())
+        write_json(out / "versions.json", versions())
     record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None, write=main)
+    with record.closing_on_error():
+        record.update(train_rows=len(prepared.train_rows), eval_rows=len(prepared.eval_rows),
+                      data=list(cfg.data.train), **prepared.summary)
+    return Run(cfg, out, record, watch, console, main, ckpt, prior), prepared
 
-    def _report(out: Path, console: Console) -> None:
-        if main:
-            report_and_print(out, console)
 
+def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume: bool = False,
+          console: Console | None = None) -> RunResult:
+    """Run one TRL-backed training job end to end; see the module docstring.
+
+    The run is watched (rlft.methods.callback: alarms, samples, the held-out check of `watch`); with
+    `watch.on_alarm: stop` an alarm saves a checkpoint and ends the run as `stopped` (exit code 4). Every run
+    that ends, completed, interrupted or stopped, gets its report.
+    """
+    from rlft.methods.callback import RunCallback
+
+    run, prepared = start_run(cfg, method.KIND, method.prepare, overwrite=overwrite, resume=resume,
+                              console=console)
+    out, console, ckpt = run.out, run.console, run.checkpoint
     interrupt = Interrupt()
     callback = None
-    with record.closing_on_error():  # from here on, any ending is recorded in summary.json
-        record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train))
+    with run.record.closing_on_error():  # from here on, any ending is recorded in summary.json
         try:
             from rlft.data import PROGRESS_ROWS
 
-            if len(train_rows) >= PROGRESS_ROWS:
-                console.print(f"loading the model and tokenizing {len(train_rows):,} rows...", highlight=False)
-            trainer = build(cfg, out, train_rows, eval_rows)
+            rows = prepared.train_rows
+            if len(rows) >= PROGRESS_ROWS:
+                console.print(f"loading the model and tokenizing {len(rows):,} rows...", highlight=False)
+            trainer = method.build(cfg, out, prepared)
             if cfg.method in SAMPLING_METHODS:  # LoRA on the CPU: sample from a merged copy (rlft.sampling)
                 from rlft.sampling import attach
 
                 attach(trainer.model, console)
-            callback = make_run_callback(out, interrupt, console, f"{cfg.method}", cfg=cfg, watch=watch)
+            callback = RunCallback(out, interrupt, console, f"{cfg.method}", watch=run.watch)
             callback.attach(trainer)
             trainer.add_callback(callback)
             _drop_printer(trainer)
-            console.print(f"[bold]rlft {cfg.method}[/]: {len(train_rows)} rows -> {out}")
+            console.print(f"[bold]rlft {cfg.method}[/]: {len(rows)} rows -> {out}")
             start = time.time()
             with interrupt.installed():
                 result = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
             # the callback stays open: trainer.evaluate() below still logs through it (closed in `finally`)
-            state = trainer.state
+            step = trainer.state.global_step
             alarms = [a["name"] for a in callback.alarms]
             if interrupt.signum is not None:
-                record.finish("interrupted", global_step=state.global_step, signal=interrupt.signum,
-                              checkpoint=str(last_checkpoint(out)), alarms=alarms)
-                console.print(f"[yellow]interrupted[/] at step {state.global_step}; checkpoint saved. "
-                              f"Continue with the same command plus --resume --output-dir {out}")
-                _report(out, console)
-                return RunResult("interrupted", out, interrupt.exit_code)
+                return run.end("interrupted", step, alarms=alarms, signum=interrupt.signum)
             if callback.stopped_by is not None:
-                alarm = callback.stopped_by
-                record.finish("stopped", global_step=state.global_step, stopped_by=alarm.as_dict(),
-                              checkpoint=str(last_checkpoint(out)), last_log=callback.last, alarms=alarms)
-                console.print(f"[red]stopped[/] at step {state.global_step} by the {alarm.name} alarm "
-                              f"(watch.on_alarm=stop); checkpoint saved: {last_checkpoint(out)}")
-                _report(out, console)
-                return RunResult("stopped", out, STOPPED_EXIT_CODE)
+                return run.end("stopped", step, alarms=alarms, stopped_by=callback.stopped_by,
+                               last_log=callback.last)
             trainer.save_model(str(out))
             final = dict(result.metrics)
             if getattr(trainer, "eval_dataset", None) is not None:
                 evals = [h for h in trainer.state.log_history if "eval_loss" in h]
-                if evals and evals[-1].get("step") == state.global_step:  # the trainer just evaluated: reuse it
+                if evals and evals[-1].get("step") == step:  # the trainer just evaluated: reuse it
                     final.update({k: v for k, v in evals[-1].items() if k.startswith("eval_")})
                 else:
                     final.update(trainer.evaluate())
-            extra = after(trainer, out) if after else {}
-            final.update(extra or {})
-            record.finish("completed", global_step=state.global_step, train_seconds=round(time.time() - start, 2),
-                          final_metrics=final, last_log=callback.last, alarms=alarms)
-            _report(out, console)
-            return RunResult("completed", out, 0, final)
+            final.update(method.after(cfg, trainer, prepared, console))
+            return run.end("completed", step, alarms=alarms, final=final,
+                           train_seconds=round(time.time() - start, 2), last_log=callback.last)
         finally:
             if callback is not None:
                 callback.close()
+
+
+def load_run_tokenizer(cfg: RunConfig):
+    """The run's tokenizer (model.name_or_path at model.revision)."""
+    from rlft.models import load_tokenizer
+
+    return load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
 
 
 def note_plain_prompts(cfg: RunConfig, rows, console: Console) -> None:

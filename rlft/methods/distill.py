@@ -18,13 +18,12 @@ goes into summary.json.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from rlft.config import RunConfig, Section
 from rlft.errors import UserError
-from rlft.methods.common import RunResult, build_trl_config, train_with
+from rlft.methods.common import Prepared, build_trl_config
 
 KIND = "prompts"
 
@@ -60,7 +59,17 @@ def teacher_config(cfg: RunConfig) -> Section:
                    trust_remote_code=cfg.model.trust_remote_code, load_in_4bit=False, lora=Section(enabled=False))
 
 
-def build(cfg: RunConfig, out: Path, train_rows, eval_rows, tok=None):
+def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> Prepared:
+    """Before the run folder exists: the two tokenizers compared, the held-out rows' gold validated."""
+    tok = check_tokenizers(cfg)
+    if eval_rows:
+        from rlft.verifiers.loading import validate_gold
+
+        validate_gold(eval_rows, [cfg.distill.heldout_verifier])
+    return Prepared(train_rows, eval_rows, tok=tok)
+
+
+def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import DistillationConfig, DistillationTrainer
 
     from rlft.data import to_dataset
@@ -69,37 +78,19 @@ def build(cfg: RunConfig, out: Path, train_rows, eval_rows, tok=None):
     model = load_model(cfg.model)
     teacher = load_model(teacher_config(cfg), trainable=False, with_lora=False)
     args = build_trl_config(cfg, DistillationConfig, out, False)
-    return DistillationTrainer(model=model, teacher_model=teacher, args=args, processing_class=tok,
-                               train_dataset=to_dataset(train_rows, ("prompt",)))
+    return DistillationTrainer(model=model, teacher_model=teacher, args=args, processing_class=prepared.tok,
+                               train_dataset=to_dataset(prepared.train_rows, ("prompt",)))
 
 
-def heldout(cfg: RunConfig, trainer, eval_rows) -> dict[str, float]:
+def after(cfg: RunConfig, trainer, prepared: Prepared, console: Console) -> dict[str, float]:
     """Greedy pass@1 of the student on the held-out rows, scored by distill.heldout_verifier."""
+    if not prepared.eval_rows:
+        return {}
     from rlft.evaluate import evaluate_rows
     from rlft.verifiers.loading import load_verifiers
 
     budget = cfg.distill.heldout_max_new_tokens or cfg.distill.max_completion_length
     checker = load_verifiers([cfg.distill.heldout_verifier])[0]
-    result = evaluate_rows(trainer.model, trainer.processing_class, [r.data for r in eval_rows], scorer=checker,
-                           max_new_tokens=budget)
+    result = evaluate_rows(trainer.model, trainer.processing_class, [r.data for r in prepared.eval_rows],
+                           scorer=checker, max_new_tokens=budget)
     return {"heldout_pass_at_1": result.pass_at_1}
-
-
-def run(cfg: RunConfig, console: Console | None = None, **kwargs) -> RunResult:
-    state: dict[str, Any] = {}
-
-    def _prepare(cfg, train_rows, eval_rows):
-        state["tok"] = check_tokenizers(cfg)
-        if eval_rows:
-            from rlft.verifiers.loading import validate_gold
-
-            validate_gold(eval_rows, [cfg.distill.heldout_verifier])
-        state["eval_rows"] = eval_rows
-
-    def _after(trainer, out):
-        return heldout(cfg, trainer, state["eval_rows"]) if state.get("eval_rows") else {}
-
-    def _build(cfg, out, train_rows, eval_rows):
-        return build(cfg, out, train_rows, [], tok=state["tok"])
-
-    return train_with(cfg, KIND, _build, prepare=_prepare, after=_after, console=console, **kwargs)

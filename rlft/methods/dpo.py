@@ -12,27 +12,30 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlft.config import RunConfig
-from rlft.methods.common import RunResult, build_trl_config, clamp_max_length, train_with
+from rlft.methods.common import Prepared, build_trl_config, clamp_max_length, load_run_tokenizer
 
 KIND = "preference"
 COLUMNS = ("prompt", "chosen", "rejected")
 
 
-def build(cfg: RunConfig, out: Path, train_rows, eval_rows):
+def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
+    return Prepared(train_rows, eval_rows, tok=load_run_tokenizer(cfg))
+
+
+def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import DPOConfig, DPOTrainer
 
     from rlft.data import to_dataset
-    from rlft.models import load_model, load_tokenizer
+    from rlft.models import load_model
 
-    tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
     model = load_model(cfg.model)
     ref = None if cfg.model.lora.enabled else load_model(cfg.model, trainable=False, with_lora=False)
-    args = build_trl_config(cfg, DPOConfig, out, bool(eval_rows),
+    args = build_trl_config(cfg, DPOConfig, out, bool(prepared.eval_rows),
                             max_length=clamp_max_length(cfg.dpo.max_length, model))
-    return DPOTrainer(model=model, ref_model=ref, args=args, processing_class=tok,
-                      train_dataset=to_dataset(train_rows, COLUMNS),
-                      eval_dataset=to_dataset(eval_rows, COLUMNS) if eval_rows else None)
+    return DPOTrainer(model=model, ref_model=ref, args=args, processing_class=prepared.tok,
+                      train_dataset=to_dataset(prepared.train_rows, COLUMNS),
+                      eval_dataset=to_dataset(prepared.eval_rows, COLUMNS) if prepared.eval_rows else None)
 
 
-def run(cfg: RunConfig, **kwargs) -> RunResult:
-    return train_with(cfg, KIND, build, **kwargs)
+def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
+    return {}

@@ -21,7 +21,7 @@ import random
 from pathlib import Path
 
 from rlft.config import RunConfig
-from rlft.methods.common import RunResult, build_trl_config, clamp_max_length, train_with
+from rlft.methods.common import Prepared, build_trl_config, clamp_max_length, load_run_tokenizer
 
 KIND = "thumbs"
 COLUMNS = ("prompt", "completion", "label")
@@ -45,30 +45,29 @@ def balance_note(cfg: RunConfig, rows) -> str | None:
     return balance_warning(n_true, len(rows) - n_true, cfg.kto.desirable_weight, cfg.kto.undesirable_weight)
 
 
-def build(cfg: RunConfig, out: Path, train_rows, eval_rows):
+def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
+    """The tokenizer, and the class-balance warning before the run folder exists."""
+    note = balance_note(cfg, train_rows)
+    if note:
+        console.print(f"[yellow]warning[/]: {note}", highlight=False, soft_wrap=True)
+    return Prepared(train_rows, eval_rows, tok=load_run_tokenizer(cfg))
+
+
+def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from datasets import Dataset
     from trl import KTOConfig, KTOTrainer
 
-    from rlft.models import load_model, load_tokenizer
+    from rlft.models import load_model
 
-    tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
     model = load_model(cfg.model)
     ref = None if cfg.model.lora.enabled else load_model(cfg.model, trainable=False, with_lora=False)
+    eval_rows = prepared.eval_rows
     args = build_trl_config(cfg, KTOConfig, out, bool(eval_rows),
                             max_length=clamp_max_length(cfg.kto.max_length, model))
-    return KTOTrainer(model=model, ref_model=ref, args=args, processing_class=tok,
-                      train_dataset=Dataset.from_list(thumbs_records(train_rows, cfg.train.seed)),
+    return KTOTrainer(model=model, ref_model=ref, args=args, processing_class=prepared.tok,
+                      train_dataset=Dataset.from_list(thumbs_records(prepared.train_rows, cfg.train.seed)),
                       eval_dataset=Dataset.from_list(thumbs_records(eval_rows, cfg.train.seed)) if eval_rows else None)
 
 
-def run(cfg: RunConfig, console=None, **kwargs) -> RunResult:
-    from rlft.run import process_console
-
-    console = process_console(console)
-
-    def _prepare(cfg, train_rows, eval_rows):
-        note = balance_note(cfg, train_rows)
-        if note:
-            console.print(f"[yellow]warning[/]: {note}", highlight=False, soft_wrap=True)
-
-    return train_with(cfg, KIND, build, prepare=_prepare, console=console, **kwargs)
+def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
+    return {}

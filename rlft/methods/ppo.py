@@ -62,9 +62,9 @@ from typing import Any
 from rich.console import Console
 
 from rlft.config import RunConfig
-from rlft.methods.common import RunResult, tracker_config, tracker_names
+from rlft.methods.common import Prepared, Run, RunResult, start_run, tracker_config, tracker_names
 from rlft.methods.ppo_rollout import heldout, policy_and_value, rollout, update
-from rlft.methods.ppo_setup import build_networks, check_config, memory_check, quiet, reward_function
+from rlft.methods.ppo_setup import build_networks, check_config, memory_check, reward_function
 
 KIND = "verifiable"
 DEFAULT_LR = 3e-6  # TRL PPOConfig's default; the tiny recipe uses 1e-4
@@ -120,61 +120,38 @@ def save_checkpoint(accelerator, out: Path, step: int, state: dict, limit: int |
 # --------------------------------------------------------------------------- the run
 
 
-def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, console: Console | None = None) -> RunResult:
-    """Validate, estimate memory, then train; see the module docstring. Returns the run's result."""
-    from rlft.data import load_split
-    from rlft.methods.common import note_plain_prompts as plain_prompt_note
-    from rlft.monitor import Holdout, prepare_watch
-    from rlft.run import (
-        RunRecord,
-        is_main_process,
-        last_checkpoint,
-        prepare_output_dir,
-        process_console,
-        read_json,
-        versions,
-        write_json,
-    )
-    from rlft.verifiers.loading import load_verifiers, validate_gold
+def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> Prepared:
+    """Before the run folder exists: gold fields validated, the process group formed, the memory estimate."""
+    from rlft.verifiers.loading import validate_gold
 
-    quiet()
-    console = process_console(console)  # silent on the secondary processes of a multi-process run
-    check_config(cfg)
-    train_rows, eval_rows = load_split(cfg.data, KIND, seed=cfg.train.seed)
     specs = list(cfg.ppo.verifiers)
     if specs:
         validate_gold(train_rows + eval_rows, specs)
-    check_specs = specs or [cfg.watch.holdout_verifier]
     if eval_rows and not specs:
-        validate_gold(eval_rows, check_specs)  # the held-out check scores them with watch.holdout_verifier
-    watch = prepare_watch(cfg)
-    plain_prompt_note(cfg, train_rows, console)  # plain-string prompts on a chat model: say so, name the switch
-    tracker_names(cfg.train.report_to)  # a tracker whose package is missing: refused before writing
-    if not resume and is_main_process():  # the main process alone checks, creates and writes the run folder
-        prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
+        validate_gold(eval_rows, [cfg.watch.holdout_verifier])  # the held-out check scores them with it
     import torch
     from accelerate import PartialState  # under `accelerate launch`: which process writes the run folder
     from accelerate.utils import parse_flag_from_env
 
     # Without CUDA, processes under torchrun form a gloo group only with cpu=True (else each runs alone).
-    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available())
+    PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available())
     memory = memory_check(cfg, console)
+    return Prepared(train_rows, eval_rows,
+                    summary={"memory_estimate_gb": round(memory["total_gb"], 4) if memory else None})
 
-    out = Path(cfg.train.output_dir)
-    if state.is_main_process:
-        out = prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, resume=resume)
-    state.wait_for_everyone()
-    ckpt = last_checkpoint(out) if resume else None
-    prior = read_json(out / "summary.json") if resume and (out / "summary.json").exists() else {}
-    if state.is_main_process:
-        (out / "config.yaml").write_text(cfg.to_yaml())
-        write_json(out / "versions.json", versions())
-    record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None, write=state.is_main_process)
-    with record.closing_on_error():  # from here on, any ending is recorded in summary.json
-        record.update(train_rows=len(train_rows), eval_rows=len(eval_rows), data=list(cfg.data.train),
-                      memory_estimate_gb=round(memory["total_gb"], 4) if memory else None)
+
+def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, console: Console | None = None) -> RunResult:
+    """Validate, estimate memory, then train; see the module docstring. Returns the run's result."""
+    from rlft.verifiers.loading import load_verifiers
+    from rlft.watch import Holdout
+
+    check_config(cfg)
+    run_, prepared = start_run(cfg, KIND, prepare, overwrite=overwrite, resume=resume, console=console)
+    with run_.record.closing_on_error():  # from here on, any ending is recorded in summary.json
         # held-out rows: data.eval (scored by the run's verifiers, else watch.holdout_verifier), else watch.holdout
-        heldout_rows, scorer = [r.data for r in eval_rows], None
+        watch = run_.watch
+        check_specs = list(cfg.ppo.verifiers) or [cfg.watch.holdout_verifier]
+        heldout_rows, scorer = [r.data for r in prepared.eval_rows], None
         if heldout_rows:
             scorer = load_verifiers(check_specs)[0]
         elif watch.holdout is not None:
@@ -182,27 +159,22 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
         budget = cfg.ppo.heldout_max_new_tokens or cfg.ppo.response_length
         if watch.holdout is None and heldout_rows and cfg.train.eval_steps:
             watch.holdout = Holdout(heldout_rows, scorer, check_specs[0], int(cfg.train.eval_steps), budget)
-        return _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budget, watch, console)
+        return _train(run_, prepared.train_rows, heldout_rows, scorer, budget)
 
 
-def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budget, watch, console) -> RunResult:
+def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
+    """The loop: trackers, networks, optimizer and schedule, resume, held-out before, steps, the ending."""
     import torch
     from accelerate import Accelerator
     from accelerate.utils import set_seed
     from transformers import get_scheduler
 
     from rlft.methods.ppo_math import explained_variance
-    from rlft.monitor import (
-        LABELS,
-        SHOWN,
-        STOPPED_EXIT_CODE,
-        RolloutRecorder,
-        Watcher,
-        alarm_state,
-        progress_bar,
-    )
-    from rlft.report import report_and_print
-    from rlft.run import Interrupt, last_checkpoint
+    from rlft.monitor import ProgressLine, RolloutRecorder, Watcher, alarm_state, progress_bar
+    from rlft.run import Interrupt
+
+    cfg, out, ckpt, prior, record = run_.cfg, run_.out, run_.checkpoint, run_.prior, run_.record
+    watch, console = run_.watch, run_.console
 
     trackers = tracker_names(cfg.train.report_to)  # train.report_to: the scalars of metrics.jsonl, under train/
     accelerator = Accelerator(log_with=trackers or None, project_dir=str(out / "runs"))
@@ -258,13 +230,12 @@ def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budg
     progress = progress_bar(console) if main else None
     logging_steps = max(1, int(cfg.train.logging_steps or 1))
     save_steps = int(cfg.train.save_steps or 0)
-    shown: dict[str, float] = {}
+    line = ProgressLine()
 
     def refresh(record_: dict) -> None:
-        shown.update({k: v for k, v in record_.items() if k in SHOWN and isinstance(v, (int, float))})
-        stats = "  ".join(f"{LABELS.get(k, k)} {shown[k]:.4g}" for k in SHOWN if k in shown)
+        stats = line.stats(record_, watcher.alarm_names)
         if progress is not None:
-            progress.update(task, completed=step, stats=f"{stats}  {alarm_state(watcher.alarm_names)}")
+            progress.update(task, completed=step, stats=stats)
 
     def checkpoint() -> Path:
         return save_checkpoint(accelerator, out, step, {"episodes": episodes, "heldout_before": before,
@@ -330,20 +301,10 @@ def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budg
     last_log = next((r for r in reversed(watcher.history) if "reward" in r), {})
     try:
         if status == "interrupted":
-            record.finish("interrupted", global_step=step, signal=interrupt.signum or signal.SIGTERM,
-                          checkpoint=str(last_checkpoint(out)), alarms=alarms, last_log=last_log)
-            console.print(f"[yellow]interrupted[/] at step {step}; checkpoint saved. Continue with the same "
-                          f"command plus --resume --output-dir {out}")
-            report_and_print(out, console)
-            return RunResult("interrupted", out, 128 + (interrupt.signum or signal.SIGTERM))
+            return run_.end("interrupted", step, alarms=alarms, signum=interrupt.signum or signal.SIGTERM,
+                            last_log=last_log)
         if status == "stopped":
-            alarm = watcher.stopped_by
-            record.finish("stopped", global_step=step, stopped_by=alarm.as_dict(), alarms=alarms,
-                          checkpoint=str(last_checkpoint(out)), last_log=last_log)
-            console.print(f"[red]stopped[/] at step {step} by the {alarm.name} alarm (watch.on_alarm=stop); "
-                          f"checkpoint saved: {last_checkpoint(out)}")
-            report_and_print(out, console)
-            return RunResult("stopped", out, STOPPED_EXIT_CODE)
+            return run_.end("stopped", step, alarms=alarms, stopped_by=watcher.stopped_by, last_log=last_log)
         accelerator.wait_for_everyone()
         rate = (episodes - start_episodes) / max(train_seconds, 1e-9)
         final: dict[str, Any] = {"episodes": episodes, "episodes_per_second": round(rate, 3)}
@@ -360,11 +321,8 @@ def _train(cfg, out, ckpt, prior, record, train_rows, heldout_rows, scorer, budg
         for k in ("reward", "kl", "entropy"):
             if k in last_log:
                 final[f"train_{k}"] = last_log[k]
-        record.finish("completed", global_step=step, train_seconds=train_seconds, final_metrics=final,
-                      last_log=last_log, alarms=alarms, steps_this_run=step - start_step)
-        if main:
-            report_and_print(out, console)
-        return RunResult("completed", out, 0, final)
+        return run_.end("completed", step, alarms=alarms, final=final, train_seconds=train_seconds,
+                        last_log=last_log, steps_this_run=step - start_step)
     finally:
         watcher.close()
         accelerator.end_training()

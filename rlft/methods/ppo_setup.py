@@ -161,29 +161,3 @@ def build_networks(cfg: RunConfig):
         for m in (policy, value):
             m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return tok, policy, ref, value
-
-
-def quiet() -> None:
-    """rlft.quiet.quiet_libraries without importing `datasets`, which PPO never uses (~90 MB of RSS)."""
-    import sys
-
-    if "datasets" in sys.modules:
-        from rlft.quiet import quiet_libraries
-
-        quiet_libraries()
-        return
-    import logging
-    import os
-    import warnings
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
-    if os.environ.get("RLFT_DEBUG") == "1":
-        return
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"(torch|transformers|trl|peft)\b")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()

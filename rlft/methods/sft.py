@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rlft.config import RunConfig
 from rlft.errors import UserError
-from rlft.methods.common import RunResult, build_trl_config, clamp_max_length, train_with
+from rlft.methods.common import Prepared, build_trl_config, clamp_max_length, load_run_tokenizer
 
 KIND = "sft"
 
@@ -30,15 +30,27 @@ def sft_columns(rows) -> tuple[str, ...]:
     return {"messages": ("messages",), "text": ("text",), "prompt": ("prompt", "completion")}[shape]
 
 
-def build(cfg: RunConfig, out: Path, train_rows, eval_rows):
+def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
+    """The tokenizer; for chats, say before the run folder exists which loss the run will use."""
+    tok = load_run_tokenizer(cfg)
+    if sft_columns(train_rows + eval_rows) == ("messages",):
+        from rlft.chat import sft_chat_loss
+
+        _, note = sft_chat_loss(tok, cfg.sft.get("assistant_only_loss"))
+        if note:
+            console.print(f"[yellow]note[/]: {note}")
+    return Prepared(train_rows, eval_rows, tok=tok)
+
+
+def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import SFTConfig, SFTTrainer
 
     from rlft.chat import ASSISTANT_ONLY, LAST_TURN, last_turn_rows, sft_chat_loss
     from rlft.data import to_dataset
-    from rlft.models import load_model, load_tokenizer
+    from rlft.models import load_model
 
+    train_rows, eval_rows, tok = prepared.train_rows, prepared.eval_rows, prepared.tok
     columns = sft_columns(train_rows + eval_rows)
-    tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
     model = load_model(cfg.model)
     overrides = {"max_length": clamp_max_length(cfg.sft.max_length, model)}
     if columns == ("messages",):
@@ -59,20 +71,5 @@ def build(cfg: RunConfig, out: Path, train_rows, eval_rows):
     return trainer
 
 
-def run(cfg: RunConfig, console=None, **kwargs) -> RunResult:
-    from rlft.run import process_console
-
-    console = process_console(console)
-
-    def _prepare(cfg, train_rows, eval_rows):  # before the run folder is touched
-        if sft_columns(train_rows + eval_rows) != ("messages",):
-            return
-        from rlft.chat import sft_chat_loss
-        from rlft.models import load_tokenizer
-
-        tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
-        _, note = sft_chat_loss(tok, cfg.sft.get("assistant_only_loss"))
-        if note:
-            console.print(f"[yellow]note[/]: {note}")
-
-    return train_with(cfg, KIND, build, console=console, prepare=_prepare, **kwargs)
+def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
+    return {}

@@ -1,22 +1,26 @@
-"""What every verifier-rewarded, group-sampling method (GRPO, RLOO) does before and after training.
+"""What the group-sampling, verifier-rewarded methods (GRPO, RLOO) share: prepare, build and after.
 
-Before the run folder exists (`prepare`): gold-field validation of every row for the section's verifiers
+rlft/methods/grpo.py and rloo.py differ only in their trainer class and docstring; both call these with their
+section name. Before the run folder exists (`prepare`): gold-field validation of every row for the section's verifiers
 (file:line errors), the model load, the pre-flight (sample G completions for some prompts; refuse the run
 when too few groups have mixed rewards, since an all-equal group has zero advantage under both GRPO's
 group-mean baseline and RLOO's leave-one-out baseline) and the optional filter to prompts whose pre-flight
 group was mixed. After training (`heldout`): greedy pass@1 on the held-out rows, scored by the same
-verifiers. `section` names the config section (`grpo` or `rloo`): both carry the same rlft-only fields
+verifiers. `plan` is what a run will sample (`rlft grpo --dry-run`).
+`section` names the config section (`grpo` or `rloo`): both carry the same rlft-only fields
 (verifiers, reward_model, preflight, preflight_prompts, min_mixed_fraction, filter_prompts,
 heldout_max_new_tokens) and TRL's num_generations, max_completion_length and temperature.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from rlft.errors import UserError
+from rlft.methods.common import Prepared, build_trl_config, load_run_tokenizer
 from rlft.verifiers.loading import build_reward, load_verifiers, validate_gold
 
 
@@ -26,9 +30,25 @@ def reward_function(cfg, section: str):
     return build_reward(list(sec["verifiers"]), sec.get("reward_model"))
 
 
-def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> dict[str, Any]:
-    """Validate gold, load the model, pre-flight, filter prompts; returns model, tok, reward_fn, preflight."""
-    from rlft.models import load_model, load_tokenizer
+def plan(cfg, section: str, n_prompts: int) -> dict[str, Any]:
+    """What a run will generate: rollouts, a bound on generated tokens, and the SFT comparison."""
+    sec = cfg.values[section]
+    g = sec["num_generations"]
+    batch = cfg.train.per_device_train_batch_size * cfg.train.gradient_accumulation_steps
+    prompts_per_step = max(1, batch // g)
+    steps = cfg.train.max_steps if cfg.train.max_steps > 0 else int(n_prompts * cfg.train.num_train_epochs
+                                                                     // prompts_per_step)
+    rollouts = steps * prompts_per_step * g
+    return {"steps": steps, "prompts_per_step": prompts_per_step, "num_generations": g, "rollouts": rollouts,
+            "max_generated_tokens": rollouts * sec["max_completion_length"],
+            "sft_rows_same_prompts": steps * prompts_per_step,
+            "rollouts_per_sft_row": g}
+
+
+def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepared:
+    """Validate gold, load the model, pre-flight, filter prompts (the kept rows are returned, the caller's
+    list is left as it was)."""
+    from rlft.models import load_model
     from rlft.preflight import PreflightRefused, probe
 
     sec = cfg.values[section]
@@ -39,7 +59,7 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> dict[
     reward_fn = reward_function(cfg, section)
     if specs:
         validate_gold(train_rows + eval_rows, specs)
-    tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
+    tok = load_run_tokenizer(cfg)
     model = load_model(cfg.model)
     # TRL stops generation (and ends the completion mask) at the generation config's eos ids plus the
     # tokenizer's eos: add the chat template's end-of-turn token, which some tokenizers' eos is not.
@@ -55,7 +75,7 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> dict[
         result = probe(model, tok, [r.data for r in train_rows], reward_fn,
                        num_generations=sec["num_generations"], max_prompts=n,
                        max_new_tokens=sec["max_completion_length"], temperature=sec["temperature"],
-                       min_mixed=sec["min_mixed_fraction"])
+                       min_mixed=sec["min_mixed_fraction"], section=section)
         console.print(f"pre-flight: pass rate {result.pass_rate:.2f}, mixed groups {result.mixed_fraction:.2f}, "
                       f"truncated {result.truncation_rate:.2f} over {result.prompts} prompts x "
                       f"{result.num_generations} -> [bold]{result.verdict}[/]")
@@ -69,8 +89,27 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> dict[
             if not kept:
                 raise PreflightRefused("--filter-prompts left no prompt with mixed rewards",
                                        "; ".join(result.advice) or "use other prompts")
-            train_rows[:] = kept
-    return {"model": model, "tok": tok, "reward_fn": reward_fn, "preflight": result}
+            train_rows = kept
+    return Prepared(train_rows, eval_rows, tok=tok, model=model, reward_fn=reward_fn, preflight=result)
+
+
+def build(cfg, out: Path, prepared: Prepared, config_cls, trainer_cls):
+    """The TRL trainer (GRPOTrainer or RLOOTrainer) on the prepared model and reward; preflight.json written."""
+    from rlft.data import to_dataset
+    from rlft.run import is_main_process, write_json
+
+    if prepared.preflight is not None and is_main_process():
+        write_json(out / "preflight.json", prepared.preflight.as_dict())
+    args = build_trl_config(cfg, config_cls, out, False)
+    return trainer_cls(model=prepared.model, reward_funcs=[prepared.reward_fn], args=args,
+                       processing_class=prepared.tok, train_dataset=to_dataset(prepared.train_rows))
+
+
+def after(cfg, section: str, trainer, prepared: Prepared) -> dict[str, float]:
+    """The held-out scores when the run has held-out rows (`heldout`), else nothing."""
+    if not prepared.eval_rows:
+        return {}
+    return heldout(cfg, section, trainer, prepared.eval_rows, prepared.reward_fn)
 
 
 def heldout(cfg, section: str, trainer, eval_rows, reward_fn) -> dict[str, float]:

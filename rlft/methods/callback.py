@@ -1,0 +1,148 @@
+"""`RunCallback`: the transformers TrainerCallback that watches every TRL-backed run.
+
+It feeds the trainer's logs to rlft.monitor.Watcher (metrics.jsonl, alarms, samples), drives the progress line,
+runs the held-out check of `watch.holdout` at the start, every holdout_every steps and at the last step, asks
+the trainer to save a checkpoint and stop when an alarm fires under `watch.on_alarm: stop`, and turns a
+SIGINT/SIGTERM caught by `rlft.run.Interrupt` into "save a checkpoint, then stop". Only method modules import
+this one, and they are imported inside the commands, so transformers is not loaded before a run starts.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from transformers import TrainerCallback
+
+from rlft.alarms import Alarm
+from rlft.monitor import ProgressLine, RolloutRecorder, Watcher, alarm_state, clean_logs, progress_bar
+from rlft.run import Interrupt
+from rlft.watch import WatchSetup
+
+
+class RunCallback(TrainerCallback):
+    """One run's callback; `watch` comes from rlft.watch.prepare_watch (default: alarms that warn, no held-out)."""
+
+    def __init__(self, out: Path, interrupt: Interrupt, console: Console, label: str,
+                 watch: WatchSetup | None = None) -> None:
+        self.interrupt = interrupt
+        self.console = console
+        self.label = label
+        self.setup = watch or WatchSetup()
+        self.progress: Progress | None = None
+        self.task = None
+        self.watcher = Watcher(out, console, self.setup)
+        self.last: dict[str, Any] = {}
+        self.line = ProgressLine()
+        self.max_steps = 0
+
+    @property
+    def stopped_by(self) -> Alarm | None:
+        return self.watcher.stopped_by
+
+    @property
+    def alarms(self) -> list[dict]:
+        return self.watcher.fired
+
+    def attach(self, trainer) -> None:
+        """Wrap a GRPO-style trainer's plain reward functions to capture rollouts and their rewards."""
+        funcs = getattr(trainer, "reward_funcs", None)
+        if not funcs:
+            return
+        weights = getattr(trainer, "reward_weights", None)
+        recorder = RolloutRecorder()
+        for i, fn in enumerate(funcs):
+            if callable(fn) and not _is_module(fn) and not _is_async(fn):
+                w = float(weights[i]) if weights is not None and len(weights) > i else 1.0
+                funcs[i] = recorder.wrap(fn, i, w)
+        if recorder.weights:
+            self.watcher.recorder = recorder
+
+    # ---- hooks
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.max_steps = state.max_steps
+        self.progress = progress_bar(self.console)
+        self.progress.start()
+        self.task = self.progress.add_task(self.label, total=state.max_steps, completed=state.global_step,
+                                           stats=alarm_state(self.watcher.alarm_names))
+        if self.setup.holdout is not None:
+            self._heldout(state, control, kwargs)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step)
+        h = self.setup.holdout
+        if h is not None and (state.global_step % h.every == 0 or state.global_step == state.max_steps):
+            self._heldout(state, control, kwargs)
+        if self.interrupt.signum is not None:
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs:
+            return
+        record = {"step": state.global_step, "epoch": round(state.epoch or 0.0, 4), **clean_logs(logs)}
+        self.watcher.log(record)
+        self.last.update(record)
+        self._stop_if_asked(control)
+        self._refresh(record)
+
+    def on_save(self, args, state, control, **kwargs):
+        self._samples(state)
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._samples(state)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.watcher.last_samples_step != state.global_step:
+            self._samples(state)
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step)
+            self.progress.stop()
+        self.watcher.flush()
+
+    # ---- helpers
+    def _heldout(self, state, control, kwargs) -> None:
+        model, tok = kwargs.get("model"), kwargs.get("processing_class") or kwargs.get("tokenizer")
+        if model is None or tok is None:
+            return
+        if any(r.get("step") == state.global_step and "heldout/pass_at_1" in r for r in self.watcher.history):
+            return
+        record = self.watcher.heldout(model, tok, state.global_step, state.epoch or 0.0)
+        self._stop_if_asked(control)
+        self._refresh(record)
+
+    def _samples(self, state) -> None:
+        if self.watcher.last_samples_step == state.global_step:
+            return
+        self.watcher.samples(state.global_step)
+
+    def _stop_if_asked(self, control) -> None:
+        if self.watcher.stopped_by is not None:
+            control.should_save = True
+            control.should_training_stop = True
+
+    def _refresh(self, record: dict) -> None:
+        stats = self.line.stats(record, self.watcher.alarm_names)
+        if self.progress is not None:
+            self.progress.update(self.task, stats=stats)
+
+    def close(self) -> None:
+        if self.progress is not None and self.progress.live.is_started:
+            self.progress.stop()
+        self.watcher.close()
+
+
+def _is_async(fn: Any) -> bool:
+    """TRL awaits async reward functions; a sync wrapper would hand it a coroutine, so those stay unwrapped."""
+    call = type(fn).__dict__.get("__call__")  # a callable object: is its __call__ a coroutine function?
+    return inspect.iscoroutinefunction(fn) or (call is not None and inspect.iscoroutinefunction(call))
+
+
+def _is_module(obj: Any) -> bool:
+    from torch import nn
+
+    return isinstance(obj, nn.Module)
