@@ -10,6 +10,7 @@ not TRL's `bf16=True`, which on a CPU is autocast over fp32 weights: every weigh
 sampling included, and a GRPO step took 100-190 s against ~15 s in fp32 on an AMX machine. Full fine-tuning
 stays fp32 by default (bf16 weights without an fp32 master copy drop updates smaller than their rounding);
 `--set train.bf16=true` then asks for TRL's autocast as given. `--set train.bf16=false` keeps fp32 weights.
+rlft's own PPO stays fp32 on the CPU (its value head and loss math were written for fp32; not measured in bf16).
 
 `decide` is pure (flags in, decision out) so it is testable on any machine; `apply` reads this machine and
 writes the decision into the run's config (model.dtype, train.bf16), which config.yaml then records.
@@ -64,10 +65,12 @@ class Precision:
 
 
 def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: str,
-           bf16: bool | None) -> Precision:
+           bf16: bool | None, method: str = "") -> Precision:
     """The precision of one run. `dtype` is model.dtype as configured, `bf16` train.bf16 (None: auto)."""
     if cuda:
         return Precision(dtype, bf16, "")
+    if method == "ppo" and dtype == "auto":  # its value head and loss math are fp32 code (rlft/methods/ppo*.py)
+        return Precision("float32", False, "precision: fp32 (rlft's PPO keeps fp32 on the CPU)")
     if four_bit:
         return Precision(dtype, bf16, "precision: 4-bit base, fp32 compute on this CPU")
     if not lora:
@@ -95,7 +98,8 @@ def apply(cfg, console=None) -> Precision:
     m = cfg.values["model"]
     t = cfg.values["train"]
     p = decide(cuda=torch.cuda.is_available(), flag=cpu_bf16_flag(), lora=bool(m["lora"]["enabled"]),
-               four_bit=bool(m.get("load_in_4bit")), dtype=str(m.get("dtype") or "auto"), bf16=t.get("bf16"))
+               four_bit=bool(m.get("load_in_4bit")), dtype=str(m.get("dtype") or "auto"), bf16=t.get("bf16"),
+               method=cfg.method)
     m["dtype"] = p.weights
     if p.autocast_bf16 is not None or t.get("bf16") is not None:
         t["bf16"] = p.autocast_bf16

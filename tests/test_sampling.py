@@ -111,3 +111,8 @@ def test_no_copy_without_an_adapter(tiny_dir):
     from rlft.sampling import attach
 
     assert attach(AutoModelForCausalLM.from_pretrained(tiny_dir)) is None
+
+
+def test_rlft_ppo_stays_fp32_on_the_cpu():
+    p = decide(cuda=False, flag="amx_bf16", lora=True, four_bit=False, dtype="auto", bf16=None, method="ppo")
+    assert (p.weights, p.autocast_bf16) == ("float32", False) and "PPO" in p.line
