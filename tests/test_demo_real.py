@@ -26,9 +26,24 @@ def test_word_problems_become_chat_rows_whose_answers_the_math_verifier_reads():
 def test_demo_real_pipeline_on_the_tiny_model(tmp_path):
     out = tmp_path / "demo"
     main(out=str(out), model="tiny", data=str(DATA / "word_problems"), heldout_rows=4, heldout_tokens=4,
-         sft_steps=2, sft_batch=2, grpo_steps=0)
+         sft_steps=2, sft_batch=2, rl_steps=0)
     (row,) = json.loads((out / "pipeline.json").read_text())
     assert row["stage"] == "sft" and row["metric"] == "held-out pass@1"
     assert 0.0 <= row["before"] <= 1.0 and 0.0 <= row["after"] <= 1.0
     assert (out / "pipeline.png").stat().st_size > 0 and (out / "sft/adapter_config.json").exists()
     assert len((out / "data/heldout.jsonl").read_text().splitlines()) == 4
+
+
+def test_demo_real_refuses_a_folder_without_its_files(tmp_path):
+    import pytest
+
+    from rlft.errors import UserError
+
+    with pytest.raises(UserError, match="test.jsonl does not exist"):
+        main(out=str(tmp_path / "o"), model="tiny", data=str(tmp_path), rl_steps=0)
+    (tmp_path / "test.jsonl").write_text('{"prompt": "1+1?"}\n')
+    with pytest.raises(UserError, match="test.jsonl:1: needs prompt, answer"):
+        main(out=str(tmp_path / "o"), model="tiny", data=str(tmp_path), rl_steps=0)
+    with pytest.raises(UserError, match="not a multiple"):
+        main(out=str(tmp_path / "o"), model="tiny", data=str(DATA / "word_problems"), rl_batch=6, generations=4)
+    assert not (tmp_path / "o").exists()
