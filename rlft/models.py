@@ -152,6 +152,10 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
                                   trust_remote_code=model_cfg.trust_remote_code)
     if model_cfg.load_in_4bit:
         kwargs["quantization_config"] = _bnb_config(dtype)
+    if _cpu_bf16(dtype):
+        # torch's CPU flash-attention kernel is slow in bf16, its backward most (SmolLM2, 8 x 108 tokens: the
+        # eager attention's backward took ~0.65x its time, BENCHMARKS.md); short sequences lose nothing by eager.
+        kwargs["attn_implementation"] = "eager"
     base = _adapter_base(path)
     auto = AutoModelForCausalLM
     if head == "score":
@@ -253,6 +257,12 @@ def _fp32_trainable(model) -> None:
     for p in model.parameters():
         if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16):
             p.data = p.data.float()
+
+
+def _cpu_bf16(dtype) -> bool:
+    import torch
+
+    return dtype == torch.bfloat16 and not torch.cuda.is_available()
 
 
 def _merge_dtype(dtype):
