@@ -437,7 +437,7 @@ def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], lis
     if data_cfg.max_rows:
         train = train[: data_cfg.max_rows]
     if data_cfg.get("as_chat"):
-        from rlft.chat import wrap_as_chat
+        from rlft.chat_templates import wrap_as_chat
 
         train, evals = wrap_as_chat(train), wrap_as_chat(evals)
     if not evals and data_cfg.eval_fraction:
