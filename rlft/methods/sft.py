@@ -16,7 +16,7 @@ from rlft.config import RunConfig
 from rlft.errors import UserError
 from rlft.methods.common import Prepared, build_trl_config, clamp_max_length, load_run_tokenizer
 
-KIND = "sft"
+KIND = "demonstrations"
 
 
 def sft_columns(rows) -> tuple[str, ...]:
