@@ -94,7 +94,7 @@ bench-real: install-real
 REAL_OUT ?= runs/demo-real
 GRPO_STEPS ?= 0
 demo-real: install-real
-	OMP_NUM_THREADS=1 $(BIN)/python -m rlft.demo_real --out $(REAL_OUT) --grpo-steps $(GRPO_STEPS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.demo_real --out $(REAL_OUT) --grpo-steps $(GRPO_STEPS)
 
 # Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install
