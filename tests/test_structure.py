@@ -10,6 +10,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1] / "rlft"
 MAX_LINES = 500
@@ -155,7 +156,6 @@ def test_every_command_module_is_registered(command):
 
 TRAINING_COMMANDS = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "ppo", "distill")
 MAX_TRAINING_COMMAND_LINES = 50  # a signature of options and one `o.train(ctx, METHOD)` call
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def _commands() -> dict:
