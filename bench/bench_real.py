@@ -161,7 +161,7 @@ def main() -> int:
           flush=True)
     tmp = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="bench-real-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    from rlft.demo_real import chat_rows, write_rows
+    from scripts.demo_real import chat_rows, write_rows
 
     prompts = write_rows(tmp / "prompts.jsonl", chat_rows(ROOT / "data/word_problems/train.jsonl", completion=False))
     model_path = resolve_model_path("smollm2")

@@ -112,7 +112,7 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, trust_remote_
     from transformers import AutoTokenizer
 
     path = resolve_model_path(name_or_path)
-    base = _adapter_base(path) or path
+    base = adapter_base(path) or path
     try:
         tok = AutoTokenizer.from_pretrained(path if _has_tokenizer(path) else base, revision=revision,
                                             trust_remote_code=trust_remote_code)
@@ -156,7 +156,7 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
         # torch's CPU flash-attention kernel is slow in bf16, its backward most (SmolLM2, 8 x 108 tokens: the
         # eager attention's backward took ~0.65x its time, BENCHMARKS.md); short sequences lose nothing by eager.
         kwargs["attn_implementation"] = "eager"
-    base = _adapter_base(path)
+    base = adapter_base(path)
     auto = AutoModelForCausalLM
     if head == "score":
         auto = AutoModelForSequenceClassification
@@ -325,7 +325,7 @@ def _has_tokenizer(path: str) -> bool:
     return not p.exists() or any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
 
 
-def _adapter_base(path: str) -> str | None:
+def adapter_base(path: str) -> str | None:
     """For a peft adapter folder, the base model it was trained on; None otherwise."""
     cfg = Path(path) / "adapter_config.json"
     if not cfg.exists():

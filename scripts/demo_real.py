@@ -1,12 +1,12 @@
 """`make demo-real`: SmolLM2-135M-Instruct + LoRA on word problems: SFT for the format, then RL for the answers.
 
-    python -m rlft.demo_real --out runs/demo-real [--data DIR] [--rl grpo|rloo] [--seeds 1,2]
+    python -m scripts.demo_real --out runs/demo-real [--data DIR] [--rl grpo|rloo] [--seeds 1,2]
 
 The real model, offline (`make install-real`), on DIR/train.jsonl (`prompt`, `completion`, `answer`) and
 DIR/test.jsonl (`prompt`, `answer`), data/word_problems by default. Each question becomes a user message with
 an answer-format instruction ("End with 'The answer is N.'", which the math verifier reads), each worked
 answer an assistant message. The stages are the real `rlft sft` and `rlft grpo` (or `rlft rloo`) commands run
-by rlft.pipeline's Pipeline, which scores every model greedily on every held-out row before and after each
+by scripts/pipeline.py's Pipeline, which scores every model greedily on every held-out row before and after each
 stage and writes OUT/pipeline.{json,md,png} (one row per stage: method, before, after).
 
 How the budget is split, and why:
@@ -30,7 +30,7 @@ from typing import Annotated
 
 import typer
 
-from rlft.pipeline import Pipeline, console
+from scripts.pipeline import Pipeline, console
 
 INSTRUCTION = " End with 'The answer is N.'"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
