@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from rlft.verifiers import sandbox_isolation  # noqa: E402
+from rlft.verifiers.sandbox import isolation as sandbox_isolation  # noqa: E402
 from rlft.verifiers.sandbox import run_many  # noqa: E402
 
 GOAL_MS = 100.0

@@ -38,6 +38,9 @@ def verify(
     gold: Annotated[list[str] | None, typer.Option(
         "--gold", help="Row field holding the gold value (repeatable); default: the verifier's own gold "
                        "fields, for a plugin its required parameters.")] = None,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="code: print how each test of each row was read (the call and the comparison, or "
+                          "why it is refused), then check the rows.")] = False,
 ) -> None:
     """Score completions with a verifier, or check with --stress that junk cannot earn reward."""
     from dataclasses import replace
@@ -48,6 +51,11 @@ def verify(
     if gold:
         verifier = replace(verifier, gold_fields=tuple(dict.fromkeys(g.strip() for g in gold if g.strip())))
     rows = read_jsonl(data)
+    if explain and verifier.name == "code":
+        from rlft.verifiers.code import explain_rows
+
+        for line in explain_rows(rows, str(data), verifier.gold_fields[0]):
+            typer.echo(line)
     problems = check_rows(verifier, rows, str(data))
     if problems:
         fields = ", ".join(verifier.gold_fields)
@@ -58,6 +66,8 @@ def verify(
     if stress:
         _stress(verifier, [row for _, row in rows], json_out)
         return
+    if explain:
+        return
     scored = [(line, row) for line, row in rows if row.get("completion") is not None]
     if not scored:
         raise UserError(f"{data}: no row has a `completion` to score",
@@ -67,7 +77,8 @@ def verify(
                           **{k: [row.get(k) for _, row in scored] for k in keys})
     by_line = {line: reward for (line, _), reward in zip(scored, rewards)}
     if json_out:
-        typer.echo(json.dumps([{"line": line, "reward": by_line.get(line)} for line, _ in rows]))
+        mark = {"forgeable": True} if getattr(verifier.fn, "forgeable", False) else {}
+        typer.echo(json.dumps([{"line": line, "reward": by_line.get(line), **mark} for line, _ in rows]))
     else:
         _print_rewards(verifier, rows, by_line)
 
@@ -164,6 +175,8 @@ def _print_rewards(verifier: Any, rows: list[tuple[int, dict]], by_line: dict[in
     console.print(table)
     if scored:
         console.print(f"mean reward {sum(scored) / len(scored):.3f} over {len(scored)} scored rows")
+    if getattr(verifier.fn, "forgeable", False):
+        console.print(Text("FORGEABLE: these rewards come from exit statuses the code controls", style="bold red"))
 
 
 def _as_text(value: Any) -> str:
@@ -171,5 +184,8 @@ def _as_text(value: Any) -> str:
 
 
 def _short(text: str, limit: int = 60) -> str:
-    flat = " ".join(text.split())
+    """One line of at most `limit` characters; control characters (ESC sequences, ...) escaped, since the
+    completion is model-written and goes to the user's terminal."""
+    flat = " ".join(text.split())[:limit * 4]
+    flat = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in flat)
     return flat if len(flat) <= limit else flat[:limit - 3] + "..."

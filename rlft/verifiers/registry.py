@@ -68,8 +68,11 @@ REGISTRY: dict[str, Verifier] = {
     "regex": Verifier("regex", regex.regex_reward, ("pattern",), regex.check_gold,
                       "stripped completion fully matches the regular expression `pattern`"),
     "code": Verifier("code", code_.code_reward, ("tests",), code_.check_gold,
-                     "share of the Python asserts in `tests` that the completion's code passes (sandboxed)",
+                     "share of the `tests` (literal asserts, I/O pairs) the completion's code passes (sandboxed)",
                      partial_credit=True),
+    "code_forgeable": Verifier("code_forgeable", code_.code_forgeable_reward, ("tests",), code_.check_gold_forgeable,
+                               "FORGEABLE: any Python tests run beside the code, reward from the exit status",
+                               partial_credit=True),
     "format": Verifier("format", format_.format_reward, (), format_.check_gold,
                        "<think>...</think><answer>...</answer> structure (format only)", format_only=True),
 }
@@ -88,7 +91,7 @@ def resolve(spec: str) -> tuple[Verifier, float]:
     name, sep, weight_text = spec.partition(":")
     weight = _weight(weight_text, spec) if sep else 1.0
     if name in REGISTRY:
-        if name == "code":
+        if name in ("code", "code_forgeable"):
             code_.require_isolation()  # refuse before any data is read or folder made
         return REGISTRY[name], weight
     plugins = _entry_points()
