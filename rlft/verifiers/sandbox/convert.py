@@ -328,10 +328,12 @@ def _literal(node: ast.expr, in_call: bool = False) -> Any:
             where = "an argument" if in_call else "the expected side"
             raise _No(f"{where} `{short(_unparse(node), 40)}` is not a literal: it would have to run beside the code")
         return make(*(_literal(a) for a in node.args), **{kw.arg: _literal(kw.value) for kw in node.keywords})
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and any(isinstance(e, ast.Call) for e in node.elts):
+    calls = isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)) and any(
+        isinstance(n, ast.Call) for n in ast.walk(node))
+    if calls and isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         items = [_literal(e) for e in node.elts]
         return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
-    if isinstance(node, ast.Dict) and any(isinstance(e, ast.Call) for e in (*node.keys, *node.values)):
+    if calls and isinstance(node, ast.Dict):
         if None in node.keys:
             raise _No("** inside a dict literal")
         return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}

@@ -4,8 +4,8 @@ Refused with EPERM: what an unprivileged process only needs for kernel attacks o
 own limits: new namespaces (unshare, setns, clone with CLONE_NEW*), mount and the new mount API, ptrace,
 keyrings, bpf, perf_event_open, userfaultfd, io_uring, module loading, kexec, handle-based opens; SysV
 IPC (shmget, msgget, semget and their operations: shared memory and message queues are kernel memory
-that no rlimit of the process counts) and memfd_create. `socket`/`socketpair` accept AF_UNIX, AF_INET and
-AF_INET6 only (AF_VSOCK reaches the host across a network namespace; AF_ALG, AF_PACKET, ... are kernel
+that no rlimit of the process counts) and memfd_create. `socket`/`socketpair` accept AF_UNIX, AF_INET,
+AF_INET6 and AF_NETLINK only (AF_VSOCK reaches the host across a network namespace; AF_ALG, AF_PACKET, ... are kernel
 surface); others get EAFNOSUPPORT. clone3 gets ENOSYS (glibc then falls back to clone, whose flags the
 filter can read), and x32 or foreign-arch syscalls are refused. With `single_process` (no cgroup to count
 memory across processes), fork, vfork and a clone without CLONE_THREAD are refused too: threads remain,
@@ -30,7 +30,7 @@ DENY = {"shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "sem
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
         "memfd_secret": 447}
 SOCKET, SOCKETPAIR, CLONE, FORK, VFORK, CLONE3 = 41, 53, 56, 57, 58, 435
-FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
+FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK (namespaced; glibc uses it)
 CLONE_NEW = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET (<linux/sched.h>)
 CLONE_THREAD = 0x00010000
 _LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
