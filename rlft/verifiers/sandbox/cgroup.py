@@ -118,6 +118,7 @@ def slot_procs(slot: int, memory_mb: int, pids: int) -> list[str]:
                 _write(dirs[1], "pids.max", pids)
             if not _made:
                 atexit.register(_remove_all)
+                _remove_stale(bases)
             _made.extend(dirs)
     return [os.path.join(d, "cgroup.procs") for d in dirs]
 
@@ -137,6 +138,23 @@ def enter_argv(procs: list[str]) -> list[str]:
         return []
     script = 'for f; do [ "$f" = -- ] && break; echo 0 > "$f" || exit 125; shift; done; shift; exec "$@"'
     return ["/bin/sh", "-c", script, "sh", *procs, "--"]
+
+
+def _remove_stale(bases: tuple[str, ...]) -> None:
+    """Empty slot cgroups left by rlft processes that are gone (killed before their atexit ran)."""
+    for base in bases:
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            parts = name.split("-")
+            mine = parts[0] == "rlft" and len(parts) == 5 and parts[1].isdigit()
+            if mine and not os.path.exists(f"/proc/{parts[1]}"):
+                try:
+                    os.rmdir(os.path.join(base, name))
+                except OSError:
+                    pass
 
 
 def _remove_all() -> None:

@@ -10,8 +10,8 @@ test: no slicing, no partial evaluation, no setup carried between statements):
     `CALL == pytest.approx(LIT[, rel=, abs=])`;
   - a string of such asserts (MBPP; one test per assert), a list of strings (one test each, all its
     asserts must pass), HumanEval's `def check(candidate):` made of such asserts plus the call
-    `check(name)` (`candidate` is `name`; one test per assert); `import` lines of math, pytest, decimal,
-    fractions, collections, datetime and HumanEval's `METADATA = <literal>` are allowed and ignored;
+    `check(name)` (`candidate` is `name`; one test per assert); `import` lines (never run: a name they
+    bind is not a literal) and HumanEval's `METADATA = <literal>` are allowed and ignored;
   - I/O pairs: {"inputs": [...], "outputs": [...]} (APPS), {"input": [...], "output": [...]} (CodeContests),
     a list of {"input": str, "output": str} (LiveCodeBench stdin tests; also "stdin"/"stdout");
   - JSON function cases: a list of {"fn": name, "args": [...], "kwargs": {...}, "expected": value,
@@ -37,7 +37,6 @@ from rlft.verifiers.sandbox.cases import FIX_CALL, CallCase, Converted, ProgramC
 from rlft.verifiers.sandbox.values import OPS
 
 MAX_TEST_CHARS = 1_000_000
-IMPORTS = {"math", "pytest", "decimal", "fractions", "collections", "datetime"}
 ITERATING = ("set", "frozenset", "sorted", "list", "tuple")  # wrappers the harness may materialize
 APPROX = (1e-6, 1e-12)  # pytest.approx's default rel and abs
 ISCLOSE = (1e-9, 0.0)  # math.isclose's
@@ -155,11 +154,9 @@ def _asserts(body: list[ast.stmt], src: Any) -> tuple[list[ast.Assert], dict[str
 
 
 def _ignorable(node: ast.stmt) -> bool:
-    """Imports of the modules the forms use, docstrings, `pass`, HumanEval's METADATA."""
-    if isinstance(node, ast.Import):
-        return all(a.name in IMPORTS for a in node.names)
-    if isinstance(node, ast.ImportFrom):
-        return node.module in IMPORTS and not node.level
+    """Imports, docstrings, `pass`, HumanEval's METADATA: nothing here is ever run."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return True  # never run: a name it binds is not a literal, so an assert using it is refused
     if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
         return True
     if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["METADATA"]:

@@ -6,7 +6,8 @@ slot is spawned by it (a child is born in its parent's cgroup: no move). The par
 a unix socket, the command line, the environment and the sandbox's stdin/stdout/stderr pipe ends plus the
 seccomp fd (SCM_RIGHTS); the helper `posix_spawn`s it in a new session, waits on a pidfd with the wall
 timeout, kills the sandbox's processes and session when it expires, and answers (exit status, timed out).
-The pidfd means a kill never reaches a recycled pid.
+The pidfd means a kill never reaches a recycled pid. The helper is a child subreaper and reaps every orphan
+at once: a zombie still counts against the cgroup's pids.max, and the host's init may reap it seconds later.
 
 The helper runs the parent's own interpreter as the parent's user, outside bubblewrap (it is trusted code
 of this module, shipped as source); it exits when the parent's end of the socket closes. Its socket is
@@ -16,6 +17,7 @@ close-on-exec, so no sandbox inherits it; a sandbox sees only the three pipes an
 from __future__ import annotations
 
 import array
+import atexit
 import inspect
 import os
 import socket
@@ -86,6 +88,8 @@ def helper(slot: int, memory_mb: int, nproc: int) -> Helper | None:
     with _lock:
         h = _helpers.get(key)
         if h is None or h.proc.poll() is not None:
+            if not _helpers:
+                atexit.register(close_all)  # after cgroup's own atexit, so it runs first: then rmdir works
             h = _helpers[key] = Helper(procs)
     return h
 
@@ -115,7 +119,19 @@ def _serve(fd: int) -> None:  # pragma: no cover - runs in the helper process, s
 
     os.set_inheritable(fd, False)  # pass_fds made it inheritable: no sandbox may hold the helper's socket
     sock = socket.socket(fileno=fd)
+    import ctypes
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: a sandbox's orphans are reaped here
+
+    def reap():  # zombies count against pids.max until reaped; the host's init may take seconds
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    return
+            except ChildProcessError:
+                return
+
     while True:
+        reap()
         fds = array.array("i")
         head, ancdata, _, _ = sock.recvmsg(4, socket.CMSG_SPACE(8 * fds.itemsize), socket.MSG_CMSG_CLOEXEC)
         if len(head) < 4:
@@ -159,6 +175,7 @@ def _serve(fd: int) -> None:  # pragma: no cover - runs in the helper process, s
                 pass
             _, status = os.waitpid(pid, 0)
             os.close(pidfd)
+            reap()
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
         sock.sendall(struct.pack("<ii", code, timed_out))
 
