@@ -55,7 +55,7 @@ def convert(tests: Any) -> Converted:
     >>> [(t.cases[0].fn, t.cases[0].args, t.cases[0].expected) for t in c.tests], c.refusals
     ([('add', (1, 2), 3), ('add', (0, 0), 0)], [])
     >>> convert("x = [1]\\nassert f(x) == 1").refusals[0].why[:40]
-    'line 1 `x = [1]` is a statement, not an a'
+    'line 1 `x = [1]` is a statement, not an '
     """
     out = Converted()
     if isinstance(tests, str):
