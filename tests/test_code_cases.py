@@ -82,6 +82,8 @@ def test_supported_shapes_convert(tests, want):
     ([{"fn": "f", "args": 1, "expected": 2}], "needs fn (a name), args (a list) and expected"),
     ([], "no tests"),
     (7, "no tests"),
+    ("assert f(" + "[" * 150 + "]" * 150 + ") == 1", "nested too deep"),  # would not cross the wall
+    ([{"fn": "f", "args": [json.loads("[" * 120 + "]" * 120)], "expected": 1}], "nested too deep"),
 ])
 def test_unsupported_shapes_are_refused(tests, why):
     refusals = convert.convert(tests).refusals
@@ -158,3 +160,10 @@ def test_cli_table_escapes_terminal_control_sequences(tmp_path):
     assert r.exit_code == 0, r.output
     assert not any(c in r.output for c in "\x1b\x07\u202e")
     assert "\\x1b[2J" in r.output
+
+
+def test_the_forgeable_mode_is_never_picked_automatically():
+    from rlft.rows import pick_verifier
+
+    rows = [{"prompt": "p", "tests": "x = 1\nassert f(x) == 2"}] * 3  # only code_forgeable accepts these
+    assert pick_verifier(rows).name != "code_forgeable"

@@ -77,7 +77,7 @@ def verify(
                           **{k: [row.get(k) for _, row in scored] for k in keys})
     by_line = {line: reward for (line, _), reward in zip(scored, rewards)}
     if json_out:
-        mark = {"forgeable": True} if getattr(verifier.fn, "forgeable", False) else {}
+        mark = {"forgeable": True} if verifier.forgeable else {}
         typer.echo(json.dumps([{"line": line, "reward": by_line.get(line), **mark} for line, _ in rows]))
     else:
         _print_rewards(verifier, rows, by_line)
@@ -175,7 +175,7 @@ def _print_rewards(verifier: Any, rows: list[tuple[int, dict]], by_line: dict[in
     console.print(table)
     if scored:
         console.print(f"mean reward {sum(scored) / len(scored):.3f} over {len(scored)} scored rows")
-    if getattr(verifier.fn, "forgeable", False):
+    if verifier.forgeable:
         console.print(Text("FORGEABLE: these rewards come from exit statuses the code controls", style="bold red"))
 
 

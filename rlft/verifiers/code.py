@@ -79,9 +79,6 @@ def code_forgeable_reward(completions: list, tests: list, **kwargs: Any) -> list
     return out
 
 
-code_forgeable_reward.forgeable = True  # type: ignore[attr-defined]
-
-
 @cache
 def _warn_forgeable() -> None:
     print("WARNING: code_forgeable: code and tests run in one process and the exit status is the reward; "
@@ -123,7 +120,7 @@ def converted_tests(tests: Any) -> cases.Converted:
     """`convert.convert(tests)`, cached by the gold value's text."""
     try:
         key = tests if isinstance(tests, str) else json.dumps(tests, sort_keys=True)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return convert.convert(tests)
     found = _CACHE.get(key)
     if found is None:

@@ -53,6 +53,7 @@ class Verifier:
     description: str = ""
     format_only: bool = False  # checks only the shape of the output: `rlft choose` warns about it
     partial_credit: bool = False  # rewards between 0 and 1, not only 0 or 1
+    forgeable: bool = False  # the checked code can fake its own reward: opt-in only, never picked automatically
 
 
 REGISTRY: dict[str, Verifier] = {
@@ -72,7 +73,7 @@ REGISTRY: dict[str, Verifier] = {
                      partial_credit=True),
     "code_forgeable": Verifier("code_forgeable", code_.code_forgeable_reward, ("tests",), code_.check_gold_forgeable,
                                "FORGEABLE: any Python tests run beside the code, reward from the exit status",
-                               partial_credit=True),
+                               partial_credit=True, forgeable=True),
     "format": Verifier("format", format_.format_reward, (), format_.check_gold,
                        "<think>...</think><answer>...</answer> structure (format only)", format_only=True),
 }

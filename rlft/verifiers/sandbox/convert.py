@@ -34,7 +34,7 @@ import fractions
 from typing import Any
 
 from rlft.verifiers.sandbox.cases import FIX_CALL, CallCase, Converted, ProgramCase, Refusal, Test, short
-from rlft.verifiers.sandbox.values import OPS
+from rlft.verifiers.sandbox.values import OPS, Refused, encode
 
 MAX_TEST_CHARS = 1_000_000
 ITERATING = ("set", "frozenset", "sorted", "list", "tuple")  # wrappers the harness may materialize
@@ -81,6 +81,13 @@ def convert(tests: Any) -> Converted:
 
 
 def _add(out: Converted, number: int, source: str, cases: Any) -> None:
+    if not isinstance(cases, _No):
+        try:  # every value must cross the wall: checked here, so running a case never meets a value it cannot send
+            for c in cases:
+                if isinstance(c, CallCase):
+                    encode([list(c.args), c.kwargs, c.expected])
+        except (Refused, RecursionError) as exc:
+            cases = _No(f"a value is not plain data or is nested too deep ({short(str(exc), 60)})")
     if isinstance(cases, _No):
         out.refusals.append(Refusal(number, source, cases.why, cases.fix))
     else:

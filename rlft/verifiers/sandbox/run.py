@@ -115,7 +115,7 @@ def run_cases(jobs: Sequence[tuple[str, Sequence[Test]]], limits: Limits = Limit
     """Run each job's code on each case of each of its tests; the parent judges every case."""
     chosen = isolation.require()
     tasks = [(j, k, case, _job(code, case)) for j, (code, tests) in enumerate(jobs)
-             for k, test in enumerate(tests) for case in test.cases]
+             for k, test in enumerate(tests) for case in test.cases]  # cases from `convert` always encode
     verdicts = _pool(chosen, limits, workers, [(t[3], _cap(t[2])) for t in tasks], [t[2] for t in tasks])
     by_job: dict[int, dict[int, list]] = {}
     for (j, k, _, _), v in zip(tasks, verdicts):
