@@ -135,6 +135,35 @@ def test_memory_limit_holds_for_the_whole_sandbox():
             assert int(f.read()) <= 256 * 1024 * 1024
 
 
+@needs_bwrap
+def test_without_a_cgroup_the_sandbox_is_one_process(monkeypatch):
+    """Where no cgroup can be made, seccomp refuses new processes (threads stay): the one process's RLIMIT_AS
+    is then the memory of the whole sandbox."""
+    if seccomp.program(single_process=True) is None:
+        pytest.skip("the seccomp filter is built for x86_64 only")
+    monkeypatch.setattr(cgroup, "slot_procs", lambda *a: [])
+    code = textwrap.dedent("""
+        import os, threading
+        def fork():
+            try:
+                pid = os.fork()
+            except OSError as e:
+                return e.errno
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            return 0
+        def thread():
+            out = []
+            t = threading.Thread(target=lambda: out.append(1))
+            t.start()
+            t.join()
+            return out
+        """)
+    result = run_tests(code, ["assert fork() == 1", "assert thread() == [1]"], LIMITS)
+    assert result.passed, result
+
+
 def test_correct_code_scores_one_and_half_right_scores_half():
     code = "def add(a, b):\n    return a + b"
     assert run_tests(code, ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"], LIMITS).fraction == 1.0

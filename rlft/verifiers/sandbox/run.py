@@ -238,13 +238,22 @@ def _compare(case: CallCase, payload: Any) -> tuple[bool, str]:
                     return False, "round() of a result that is not a number"
                 value = round(value, w[1])
             else:
+                if w[0] in ("set", "frozenset") and isinstance(value, (list, tuple)):
+                    values_.few_collisions(list(value))  # a set of crafted keys is quadratic to build
                 value = values_.WRAPPERS[w[0]](value)
         if case.json:
             value = _as_json(value)
         ok = values_.matches(value, case.op, case.expected, case.result_first, case.tol)
     except Exception as exc:  # noqa: BLE001 - Refused, InvalidOperation, TypeError of `<`: this case fails
         return False, f"result not comparable ({type(exc).__name__}: {short(str(exc), 120)})"
-    return ok, "" if ok else f"got {short(repr(value), 60)}, which fails `{_rule(case)}`"
+    return ok, "" if ok else f"got {_preview(value)}, which fails `{_rule(case)}`"
+
+
+def _preview(value: Any) -> str:
+    try:
+        return short(repr(value), 60)
+    except ValueError:  # an int past the 4,300-digit str limit
+        return f"an {type(value).__name__} too long to show"
 
 
 def _rule(case: CallCase) -> str:

@@ -45,6 +45,7 @@ class Helper:
             child.close()
         self.sock = parent
         self.lock = threading.Lock()
+        self.owner = os.getpid()  # a forked copy of the parent must not share this socket: it starts its own
 
     def run(self, argv: list[str], env: dict[str, str], fds: list[int], wall_seconds: float) -> tuple[int, bool]:
         """(exit status as Popen's returncode, timed out) of `argv` with fds[0..2] as stdin/stdout/stderr and
@@ -87,7 +88,7 @@ def helper(slot: int, memory_mb: int, nproc: int) -> Helper | None:
     key = (slot, memory_mb, nproc)
     with _lock:
         h = _helpers.get(key)
-        if h is None or h.proc.poll() is not None:
+        if h is None or h.owner != os.getpid() or h.proc.poll() is not None:
             if not _helpers:
                 atexit.register(close_all)  # after cgroup's own atexit, so it runs first: then rmdir works
             h = _helpers[key] = Helper(procs)

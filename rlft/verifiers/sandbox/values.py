@@ -150,7 +150,7 @@ def _decode(enc: Any, extras: frozenset[str], digits: int, budget: list[int], de
         return arg if tag == "s" else bytes.fromhex(arg)
     if tag in _CONTAINERS and isinstance(arg, list):
         items = [_decode(x, extras, digits, budget, depth + 1) for x in arg]
-        return _CONTAINERS[tag](_few_collisions(items) if tag in "SF" else items)
+        return _CONTAINERS[tag](few_collisions(items) if tag in "SF" else items)
     if tag in ("d", "K", "O") and isinstance(arg, list):
         if tag != "d" and tag not in extras:
             raise Refused(f"a {EXTRA_TAGS[tag].__name__} where the expected value has none")
@@ -160,7 +160,7 @@ def _decode(enc: Any, extras: frozenset[str], digits: int, budget: list[int], de
                 raise Refused("malformed dict")
             pairs.append((_decode(pair[0], extras, digits, budget, depth + 1),
                           _decode(pair[1], extras, digits, budget, depth + 1)))
-        _few_collisions([k for k, _ in pairs])
+        few_collisions([k for k, _ in pairs])
         return {"d": dict, "K": Counter, "O": OrderedDict}[tag](dict(pairs) if tag == "K" else pairs)
     if tag in EXTRA_TAGS:
         if tag not in extras:
@@ -193,7 +193,7 @@ def _typed(tag: str, arg: Any, digits: int) -> Any:
     return (datetime.date if tag == "T" else datetime.datetime).fromisoformat(arg)
 
 
-def _few_collisions(keys: list) -> list:
+def few_collisions(keys: list) -> list:
     hashes = [hash(k) for k in keys]
     if len(hashes) - len(set(hashes)) > MAX_COLLISIONS:
         raise Refused("too many keys with equal hashes")
