@@ -7,8 +7,8 @@ Each sandboxed process is `bwrap ... python -I -S -B -c <harness>` with
   the stdlib (its site-packages hidden under an empty tmpfs), the system library folders
   (/usr/lib, /lib, ...) with every dist-packages/site-packages folder of any Python in them hidden the same
   way (third-party C extensions are not the stdlib), /usr/bin/setpriv (root mode), /proc of its own PID
-  namespace, a minimal /dev, and a
-  writable tmpfs work dir /work (also HOME and TMPDIR) capped at `Limits.disk_mb`, plus a small /dev/shm.
+  namespace, a minimal /dev, and a writable tmpfs work dir /work (also HOME and TMPDIR) capped at
+  `Limits.disk_mb`, plus a small /dev/shm.
   No /etc, /home, /root (beyond the interpreter's own path), /tmp of the host, site-packages, or rlft;
 - uid/gid 65534 (`nobody`; as root, concurrent processes take 65534 ... 65527, `UID_SLOTS`) with no
   capabilities (effective, permitted, inheritable, ambient and bounding sets empty) and no_new_privs.
@@ -18,10 +18,11 @@ Each sandboxed process is `bwrap ... python -I -S -B -c <harness>` with
   maps the caller's own uid to 65534;
 - an empty environment except PATH, HOME, TMPDIR and LC_CTYPE;
 - on x86_64, a seccomp filter (`rlft.verifiers.sandbox.seccomp`): kernel attack surface, SysV IPC,
-  memfd and socket families other than unix/inet refused;
+  memfd and socket families other than unix/inet/netlink refused;
 - limits for the whole sandbox, not per process: a memory (no swap) + pids cgroup per worker slot
-  (`rlft.verifiers.sandbox.cgroup`) entered before bwrap starts; where no cgroup can be made, seccomp
-  refuses new processes (threads stay), so the one process's RLIMIT_AS is the sandbox's memory.
+  (`rlft.verifiers.sandbox.cgroup`), which every sandbox of the slot is born in (spawned by the slot's
+  helper, `rlft.verifiers.sandbox.spawner`); where no cgroup can be made, seccomp refuses new processes
+  (threads stay), so the one process's RLIMIT_AS is the sandbox's memory.
 
 bubblewrap 0.5 or newer is needed (`--perms`, `--size`). When bwrap is missing or fails the probe
 (run once per process: uid must be 65534 and CapEff 0), the code verifier refuses with a UserError naming

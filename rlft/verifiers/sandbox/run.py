@@ -213,7 +213,8 @@ def _judge(case: Any, o: _Outcome, limits: Limits) -> tuple[bool, str]:
         return False, "output larger than the expected value allows"
     if o.returncode != 0:
         tail = o.stderr.decode("utf-8", "replace").strip()[-200:]
-        return False, f"exited with status {o.returncode}" + (f": {short(tail, 200)}" if tail else "")
+        why = "no exit status" if o.returncode is None else f"exited with status {o.returncode}"
+        return False, why + (f": {short(tail, 200)}" if tail else "")
     if case is None:  # forgeable: the exit status is the verdict
         return True, ""
     if isinstance(case, ProgramCase):
@@ -376,18 +377,42 @@ def _run_process(chosen: str, limits: Limits, job: bytes, cap: int, started: flo
 
 def _run_spawned(h: spawner.Helper, slot: int, limits: Limits, argv: list[str], env: dict, fds: tuple,
                  job: bytes, cap: int, started: float) -> _Outcome:
-    """The same, through the slot's spawner (already inside the slot's cgroup)."""
-    pipes = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
-    theirs = [pipes[0][0], pipes[1][1], pipes[2][1], *fds]
+    """The same, through the slot's spawner (already inside the slot's cgroup): bwrap writes the exit status
+    to a pipe of ours (`--json-status-fd`), and the helper kills the sandbox at the wall timeout."""
+    pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, bwrap's status
+    at = argv.index("--seccomp") if "--seccomp" in argv else 1
+    argv = [*argv[:at], "--json-status-fd", str(3 + len(fds)), *argv[at:]]
+    theirs = [pipes[0][0], pipes[1][1], pipes[2][1], *fds, pipes[3][1]]
     out = _Reader(os.fdopen(pipes[1][0], "rb", buffering=0), cap + 1)
     err = _Reader(os.fdopen(pipes[2][0], "rb", buffering=0), STDERR_LIMIT)
-    threading.Thread(target=_feed, args=(os.fdopen(pipes[0][1], "wb", buffering=0), job), daemon=True).start()
+    status = _Reader(os.fdopen(pipes[3][0], "rb", buffering=0), 4096)
     try:
-        status, timed_out = h.run(argv, env, theirs, limits.wall_seconds)
-    except (OSError, RuntimeError):
+        h.start(argv, env, theirs, limits.wall_seconds)
+    except OSError:
         spawner.forget(slot, limits.memory_mb, limits.nproc)
+        for fd in (pipes[0][1],):
+            os.close(fd)
         raise
-    return _Outcome(*_capped(out.data(), cap), status, timed_out, err.data(), time.monotonic() - started)
+    threading.Thread(target=_feed, args=(os.fdopen(pipes[0][1], "wb", buffering=0), job), daemon=True).start()
+    status.join(timeout=limits.wall_seconds + 10.0)  # EOF when bwrap exits; the helper kills it at the wall
+    elapsed = time.monotonic() - started
+    code = _exit_code(status.data())
+    timed_out = (code is None or code >= 128) and elapsed >= limits.wall_seconds  # killed at the deadline
+    if status.is_alive():  # the helper is stuck or gone: never wait on it again
+        spawner.forget(slot, limits.memory_mb, limits.nproc)
+    return _Outcome(*_capped(out.data(), cap), code, timed_out, err.data(), elapsed)
+
+
+def _exit_code(status: bytes) -> int | None:
+    """The exit code in bwrap's status lines (`{ "exit-code": N }`), None when it has none (killed, not started)."""
+    for line in reversed(status.splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("exit-code"), int):
+            return value["exit-code"]
+    return None
 
 
 def _capped(data: bytes, cap: int) -> tuple[bytes, bool]:
