@@ -225,7 +225,7 @@ def test_values_round_trip():
 
 
 def test_one_cases_failure_never_ends_the_batch(monkeypatch):
-    real, calls = isolation.command, []
+    real, calls = run._run_process, []
 
     def flaky(*args):
         calls.append(1)
@@ -233,7 +233,7 @@ def test_one_cases_failure_never_ends_the_batch(monkeypatch):
             raise OSError("simulated: the sandbox could not start")
         return real(*args)
 
-    monkeypatch.setattr(isolation, "command", flaky)
+    monkeypatch.setattr(run, "_run_process", flaky)
     ok = "def f(): return 1"
     results = run_many([(ok, ["assert f() == 1"]), (ok, ["assert f() == 1"]), ("def f(:", ["assert f() == 1"]),
                         (ok, ["assert f() == 1"])], LIMITS, workers=1)

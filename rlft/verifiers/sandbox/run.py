@@ -27,7 +27,10 @@ outside it:
    0, never the batch's. Messages from the code are cut short and have control characters escaped.
 Not protected against: a kernel exploit reachable from the syscalls seccomp allows; CPU time the
 sandboxes take from the host (each is capped by RLIMIT_CPU and the wall clock, not by a cgroup); timing
-side channels between concurrent sandboxes.
+side channels between concurrent sandboxes. A sandbox shares its slot's cgroup with the slot's helper and
+the sandbox started ahead for the next case (~10 MB, 3 processes, unreachable from it: other PID, network,
+IPC and mount namespaces); filling the cgroup can get them OOM-killed, which fails that case's successor
+start-up, never its verdict (both are started afresh).
 
 `RLFT_CODE_ISOLATION=none` drops layer 1 (rlimits and process-group kill only; a loud warning).
 """
@@ -349,10 +352,10 @@ def _slot() -> int:
 def _run_process(chosen: str, limits: Limits, job: bytes, cap: int, started: float) -> _Outcome:
     slot = _slot()
     h = spawner.helper(slot, limits.memory_mb, limits.nproc) if chosen == "bwrap" else None
-    argv, work, env, fds = isolation.command(chosen, limits.disk_mb, harness.child_source(),
-                                             isolation.SANDBOX_UID - slot, h is not None, 3 if h else None)
     if h is not None:
-        return _run_spawned(h, slot, limits, argv, env, fds, job, cap, started)
+        return _run_spawned(h, slot, limits, job, cap, started)
+    argv, work, env, fds = isolation.command(chosen, limits.disk_mb, harness.child_source(),
+                                             isolation.SANDBOX_UID - slot)
     try:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -375,32 +378,98 @@ def _run_process(chosen: str, limits: Limits, job: bytes, cap: int, started: flo
                     time.monotonic() - started)
 
 
-def _run_spawned(h: spawner.Helper, slot: int, limits: Limits, argv: list[str], env: dict, fds: tuple,
-                 job: bytes, cap: int, started: float) -> _Outcome:
-    """The same, through the slot's spawner (already inside the slot's cgroup): bwrap writes the exit status
-    to a pipe of ours (`--json-status-fd`), and the helper kills the sandbox at the wall timeout."""
+@dataclass
+class _Started:
+    """A sandbox the slot's helper started ahead: its interpreter waits for a job on `stdin`."""
+
+    token: int
+    key: tuple
+    owner: int
+    stdin: int
+    out: _Reader
+    err: _Reader
+    status: _Reader
+
+    def usable(self, key: tuple) -> bool:
+        return self.key == key and self.owner == os.getpid() and self.status.is_alive()
+
+    def discard(self) -> None:
+        if self.owner == os.getpid():
+            os.close(self.stdin)  # the harness reads an empty job and exits
+
+
+_AHEAD: dict[int, _Started] = {}
+_AHEAD_LOCK = threading.Lock()
+_TOKENS = iter(range(1, 1 << 62))
+
+
+def _start(h: spawner.Helper, slot: int, limits: Limits) -> _Started:
+    argv, _, env, fds = isolation.command("bwrap", limits.disk_mb, harness.child_source(),
+                                          isolation.SANDBOX_UID - slot, True, 3)
     pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, bwrap's status
     at = argv.index("--seccomp") if "--seccomp" in argv else 1
     argv = [*argv[:at], "--json-status-fd", str(3 + len(fds)), *argv[at:]]
-    theirs = [pipes[0][0], pipes[1][1], pipes[2][1], *fds, pipes[3][1]]
-    out = _Reader(os.fdopen(pipes[1][0], "rb", buffering=0), cap + 1)
-    err = _Reader(os.fdopen(pipes[2][0], "rb", buffering=0), STDERR_LIMIT)
-    status = _Reader(os.fdopen(pipes[3][0], "rb", buffering=0), 4096)
+    token = next(_TOKENS)
+    started = _Started(token, _key(limits), os.getpid(), pipes[0][1],
+                       _Reader(os.fdopen(pipes[1][0], "rb", buffering=0), REPORT_LIMIT + 1),
+                       _Reader(os.fdopen(pipes[2][0], "rb", buffering=0), STDERR_LIMIT),
+                       _Reader(os.fdopen(pipes[3][0], "rb", buffering=0), 4096))
     try:
-        h.start(argv, env, theirs, limits.wall_seconds)
+        h.spawn(token, argv, env, [pipes[0][0], pipes[1][1], pipes[2][1], *fds, pipes[3][1]])
+    except OSError:
+        started.discard()
+        raise
+    return started
+
+
+def _key(limits: Limits) -> tuple:
+    return (limits.disk_mb, limits.memory_mb, limits.nproc)
+
+
+def _run_spawned(h: spawner.Helper, slot: int, limits: Limits, job: bytes, cap: int, started: float) -> _Outcome:
+    """The same, through the slot's spawner (already inside the slot's cgroup): the sandbox was started ahead
+    (or is started now), the next one is started before this one gets its job, bwrap writes the exit status to
+    a pipe of ours (`--json-status-fd`), and the helper kills the sandbox at the wall timeout."""
+    key = _key(limits)
+    with _AHEAD_LOCK:
+        s = _AHEAD.pop(slot, None)
+    try:
+        if s is None or not s.usable(key):
+            if s is not None:
+                s.discard()
+            s = _start(h, slot, limits)
+        try:
+            ahead = _start(h, slot, limits)  # starts up while this case runs
+        except OSError:
+            ahead = None
+        with _AHEAD_LOCK:
+            old = _AHEAD.pop(slot, None)
+            if ahead is not None:
+                _AHEAD[slot] = ahead
+        if old is not None:
+            old.discard()
+        s.out.limit = cap + 1
+        h.go(s.token, limits.wall_seconds)
     except OSError:
         spawner.forget(slot, limits.memory_mb, limits.nproc)
-        for fd in (pipes[0][1],):
-            os.close(fd)
         raise
-    threading.Thread(target=_feed, args=(os.fdopen(pipes[0][1], "wb", buffering=0), job), daemon=True).start()
-    status.join(timeout=limits.wall_seconds + 10.0)  # EOF when bwrap exits; the helper kills it at the wall
+    threading.Thread(target=_feed, args=(os.fdopen(s.stdin, "wb", buffering=0), job), daemon=True).start()
+    s.status.join(timeout=limits.wall_seconds + 10.0)  # EOF when bwrap exits; the helper kills it at the wall
     elapsed = time.monotonic() - started
-    code = _exit_code(status.data())
+    code = _exit_code(s.status.data())
     timed_out = (code is None or code >= 128) and elapsed >= limits.wall_seconds  # killed at the deadline
-    if status.is_alive():  # the helper is stuck or gone: never wait on it again
+    if s.status.is_alive():  # the helper is stuck or gone: never wait on it again
         spawner.forget(slot, limits.memory_mb, limits.nproc)
-    return _Outcome(*_capped(out.data(), cap), code, timed_out, err.data(), elapsed)
+    return _Outcome(*_capped(s.out.data(), cap), code, timed_out, s.err.data(), elapsed)
+
+
+def discard_started() -> None:
+    """Stop the sandboxes started ahead (tests; they also end with the parent)."""
+    with _AHEAD_LOCK:
+        items = list(_AHEAD.values())
+        _AHEAD.clear()
+    for s in items:
+        s.discard()
 
 
 def _exit_code(status: bytes) -> int | None:

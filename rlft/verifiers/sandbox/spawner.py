@@ -3,13 +3,14 @@
 Moving a process into a cgroup waits for an RCU grace period: ~10 ms per write here, more than bubblewrap
 costs. So each slot gets one small helper process, moved into the slot's cgroup once; every sandbox of the
 slot is spawned by it (a child is born in its parent's cgroup: no move). The parent sends the helper, over
-a unix socket, the command line, the environment, the wall timeout and the sandbox's pipe ends (stdin,
-stdout, stderr, the seccomp filter, bwrap's `--json-status-fd`) by SCM_RIGHTS, and does not wait for an
-answer: it learns the exit status from bwrap's status pipe, and the end from the pipes closing. The helper
-`posix_spawn`s each sandbox in a new session, watches a pidfd per sandbox, kills the sandbox's processes
-at its deadline, and reaps it (and, as a child subreaper, every orphan: a zombie still counts against the
-cgroup's pids.max, and the host's init may reap it seconds later). The pidfd means a kill never reaches a
-recycled pid.
+a unix socket, the command line, the environment and the sandbox's pipe ends (stdin, stdout, stderr, the
+seccomp filter, bwrap's `--json-status-fd`) by SCM_RIGHTS, and never waits for an answer: it learns the
+exit status from bwrap's status pipe. The parent keeps one sandbox per slot started ahead (its interpreter
+waits for the job on stdin, having run nothing), so a case's start-up overlaps the case before it; `go`
+starts a sandbox's wall clock when its job is sent. The helper `posix_spawn`s each sandbox in a new
+session, watches a pidfd per sandbox, kills the sandbox's processes at its deadline, and reaps it (and,
+as a child subreaper, every orphan: a zombie still counts against the cgroup's pids.max, and the host's
+init may reap it seconds later). The pidfd means a kill never reaches a recycled pid.
 
 The helper runs the parent's own interpreter as the parent's user, outside bubblewrap (it is trusted code
 of this module, shipped as source); it exits when the parent's end of the socket closes. Its socket is
@@ -48,14 +49,21 @@ class Helper:
         self.lock = threading.Lock()
         self.owner = os.getpid()  # a forked copy of the parent must not share this socket: it starts its own
 
-    def start(self, argv: list[str], env: dict[str, str], fds: list[int], wall_seconds: float) -> None:
-        """Have `argv` spawned with fds[0..2] as stdin/stdout/stderr and fds[3:] at 3, 4, ..., killed after
-        `wall_seconds`; the fds are closed here once sent. OSError when the helper is gone."""
-        msg = repr((argv, env, wall_seconds)).encode()
+    def spawn(self, token: int, argv: list[str], env: dict[str, str], fds: list[int]) -> None:
+        """Have `argv` spawned (its clock not yet running) with fds[0..2] as stdin/stdout/stderr and fds[3:] at
+        3, 4, ...; the fds are closed here once sent. OSError when the helper is gone."""
+        self._send((token, argv, env, None), fds)
+
+    def go(self, token: int, wall_seconds: float) -> None:
+        """Start the sandbox's clock: the helper kills it `wall_seconds` from now."""
+        self._send((token, None, None, wall_seconds), [])
+
+    def _send(self, message: tuple, fds: list[int]) -> None:
+        msg = repr(message).encode()
         with self.lock:
             try:
-                self.sock.sendmsg([struct.pack("<I", len(msg)) + msg],
-                                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+                self.sock.sendmsg([struct.pack("<I", len(msg)) + msg], ancillary)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -115,7 +123,8 @@ def _serve(fd: int) -> None:  # pragma: no cover - runs in the helper process, s
     os.set_inheritable(fd, False)  # pass_fds made it inheritable: no sandbox may hold the helper's socket
     sock = socket.socket(fileno=fd)
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: a sandbox's orphans are reaped here
-    live: dict[int, tuple[int, float]] = {}  # pidfd -> (pid, deadline)
+    live: dict[int, tuple[int, float, int]] = {}  # pidfd -> (pid, deadline, token)
+    tokens: dict[int, int] = {}  # token -> pidfd
 
     def kill(pid, pidfd):
         try:
@@ -153,13 +162,20 @@ def _serve(fd: int) -> None:  # pragma: no cover - runs in the helper process, s
                 if not chunk:
                     return False
                 body += chunk
-            argv, env, wall = ast.literal_eval(body.decode())
+            token, argv, env, wall = ast.literal_eval(body.decode())
+            if argv is None:  # go: the sandbox has its job; its clock starts now
+                pidfd = tokens.get(token)
+                if pidfd in live:
+                    live[pidfd] = (live[pidfd][0], time.monotonic() + wall, token)
+                return True
             actions = [(os.POSIX_SPAWN_DUP2, f, i) for i, f in enumerate(fds)]
             try:
                 pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
             except OSError:
                 return True  # the status pipe closes with no exit code: the parent reports the failure
-            live[os.pidfd_open(pid)] = (pid, time.monotonic() + wall)
+            pidfd = os.pidfd_open(pid)
+            live[pidfd] = (pid, time.monotonic() + 10 ** 9, token)  # waits for its job, then for `go`
+            tokens[token] = pidfd
             return True
         finally:
             for f in fds:
@@ -167,10 +183,11 @@ def _serve(fd: int) -> None:  # pragma: no cover - runs in the helper process, s
 
     while True:
         now = time.monotonic()
-        wait = max(0.0, min([d for _, d in live.values()], default=now + 3600) - now)
-        ready = select.select([sock, *live], [], [], wait)[0]
+        wait = max(0.0, min([d for _, d, _ in live.values()], default=now + 3600) - now)
+        ready = select.select([sock, *live], [], [], min(wait, 3600))[0]
         for pidfd in [p for p in live if p in ready]:
-            pid, _ = live.pop(pidfd)
+            pid, _, token = live.pop(pidfd)
+            tokens.pop(token, None)
             try:
                 os.killpg(pid, signal.SIGKILL)  # anything left in its session; not reaped yet, so not recycled
             except OSError:
@@ -179,10 +196,10 @@ def _serve(fd: int) -> None:  # pragma: no cover - runs in the helper process, s
             os.close(pidfd)
             reap()
         now = time.monotonic()
-        for pidfd, (pid, deadline) in list(live.items()):
+        for pidfd, (pid, deadline, token) in list(live.items()):
             if deadline <= now:
                 kill(pid, pidfd)
-                live[pidfd] = (pid, now + 3600)  # reaped when its pidfd turns readable
+                live[pidfd] = (pid, now + 3600, token)  # reaped when its pidfd turns readable
         if sock in ready and not request():
             return
 
