@@ -17,7 +17,7 @@ import time
 import pytest
 
 from rlft.errors import UserError
-from rlft.verifiers.sandbox import Limits, cgroup, isolation, run, run_many, run_tests, seccomp, values
+from rlft.verifiers.sandbox import Limits, cgroup, isolation, processes, run, run_many, run_tests, seccomp, values
 
 LIMITS = Limits(cpu_seconds=1, wall_seconds=3.0)
 needs_bwrap = pytest.mark.skipif(os.environ.get("RLFT_CODE_ISOLATION") == "none",
@@ -130,7 +130,7 @@ def test_memory_limit_holds_for_the_whole_sandbox():
     assert [r.fraction for r in result] == [0.0, 1.0], result  # 4 x 20 MB fits: forking itself is fine
     assert f"cgroup-{cgroup.available()}" in result[0].protections
     if cgroup.available() == "v1":
-        procs = cgroup.slot_procs(run._slot(), 256, limits.nproc)
+        procs = cgroup.slot_procs(processes.current_slot(), 256, limits.nproc)
         with open(os.path.join(os.path.dirname(procs[0]), "memory.max_usage_in_bytes")) as f:
             assert int(f.read()) <= 256 * 1024 * 1024
 
@@ -225,7 +225,7 @@ def test_values_round_trip():
 
 
 def test_one_cases_failure_never_ends_the_batch(monkeypatch):
-    real, calls = run._run_process, []
+    real, calls = processes._run_process, []
 
     def flaky(*args):
         calls.append(1)
@@ -233,7 +233,7 @@ def test_one_cases_failure_never_ends_the_batch(monkeypatch):
             raise OSError("simulated: the sandbox could not start")
         return real(*args)
 
-    monkeypatch.setattr(run, "_run_process", flaky)
+    monkeypatch.setattr(processes, "_run_process", flaky)
     ok = "def f(): return 1"
     results = run_many([(ok, ["assert f() == 1"]), (ok, ["assert f() == 1"]), ("def f(:", ["assert f() == 1"]),
                         (ok, ["assert f() == 1"])], LIMITS, workers=1)

@@ -5,7 +5,8 @@ code under OS isolation and judged by the parent (threat model: `rlft.verifiers.
   convert    MBPP asserts, HumanEval `check`, I/O pairs, JSON cases -> cases, or refusals
   values     the wire format, bounded decoding and the one equality
   harness    the program each sandboxed process runs
-  run        processes, verdicts, the forgeable mode
+  run        cases to processes to verdicts, the forgeable mode (threat model)
+  processes  one sandboxed process per case: spawn, feed, read bounded, kill; spawner (cgroup helper)
   isolation  bubblewrap; seccomp (syscall filter); cgroup (memory + pids for the whole sandbox)
 """
 
