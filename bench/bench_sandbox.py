@@ -2,8 +2,8 @@
 
     python bench/bench_sandbox.py [--n 30] [--rounds 3]
 
-Each case of each completion runs in its own process (rlft/verifiers/sandbox/run.py; with a cgroup, spawned
-by the slot's helper, rlft/verifiers/sandbox/spawner.py). Measured, one worker
+Each case of each completion runs in its own process (rlft/verifiers/sandbox/processes.py; with a cgroup,
+spawned by the slot's helper, one started ahead, rlft/verifiers/sandbox/spawner.py). Measured, one worker
 (sequential), on `--n` one-test jobs (`def f(x): return x + 1` / `assert f(i) == i + 1`):
   bwrap   the default: bubblewrap (namespaces, uid 65534, read-only stdlib, tmpfs work dir) + rlimits
   none    RLFT_CODE_ISOLATION=none: the same harness as a plain child process with the rlimits only

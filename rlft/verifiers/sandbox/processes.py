@@ -69,14 +69,32 @@ def spawn(chosen: str, limits: Limits, job: dict, cap: int) -> Outcome:
 
 
 _SLOTS = threading.local()
-_SLOT_COUNT = iter(range(1 << 62))  # next() is atomic under the GIL
+_FREE = set(range(isolation.UID_SLOTS))
+_FREE_LOCK = threading.Lock()
+_SHARED = iter(range(1 << 62))  # more threads than slots: they share, round robin
+
+
+class _Slot:
+    """A slot held by one thread (its lowest free number, so the next pool reuses the same helpers and
+    started-ahead sandboxes); given back when the thread ends."""
+
+    def __init__(self) -> None:
+        with _FREE_LOCK:
+            self.owned = bool(_FREE)
+            self.n = min(_FREE) if _FREE else next(_SHARED) % isolation.UID_SLOTS
+            _FREE.discard(self.n)
+
+    def __del__(self) -> None:
+        if self.owned:
+            with _FREE_LOCK:
+                _FREE.add(self.n)
 
 
 def current_slot() -> int:
     """This worker thread's own slot: its sandbox uid and its cgroup (see `isolation.UID_SLOTS`)."""
-    if not hasattr(_SLOTS, "n"):
-        _SLOTS.n = next(_SLOT_COUNT) % isolation.UID_SLOTS
-    return _SLOTS.n
+    if not hasattr(_SLOTS, "slot"):
+        _SLOTS.slot = _Slot()
+    return _SLOTS.slot.n
 
 
 def _run_process(chosen: str, limits: Limits, job: bytes, cap: int, started: float) -> Outcome:

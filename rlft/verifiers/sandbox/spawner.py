@@ -139,13 +139,16 @@ def _serve(fd: int) -> None:  # pragma: no cover - runs in the helper process, s
                 pass
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
 
-    def reap():  # zombies count against pids.max until reaped
+    def reap():  # orphans' zombies count against pids.max until reaped; a sandbox's own is reaped via its pidfd
+        tracked = {pid for pid, _, _ in live.values()}
         while True:
             try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    return
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)  # look, do not reap yet
             except ChildProcessError:
                 return
+            if info is None or info.si_pid in tracked:
+                return  # a sandbox: its pidfd is ready, the loop reaps it (then its pid may be reused)
+            os.waitpid(info.si_pid, 0)
 
     def request():
         fds = array.array("i")
@@ -182,6 +185,7 @@ def _serve(fd: int) -> None:  # pragma: no cover - runs in the helper process, s
                 os.close(f)
 
     while True:
+        reap()
         now = time.monotonic()
         wait = max(0.0, min([d for _, d, _ in live.values()], default=now + 3600) - now)
         ready = select.select([sock, *live], [], [], min(wait, 3600))[0]
@@ -192,7 +196,10 @@ def _serve(fd: int) -> None:  # pragma: no cover - runs in the helper process, s
                 os.killpg(pid, signal.SIGKILL)  # anything left in its session; not reaped yet, so not recycled
             except OSError:
                 pass
-            os.waitpid(pid, 0)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
             os.close(pidfd)
             reap()
         now = time.monotonic()
