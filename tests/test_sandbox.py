@@ -334,3 +334,20 @@ def test_opt_out_keeps_limits_and_cleans_up(monkeypatch):
     assert results[1].fraction == 1.0  # the 1,500-deep chain is scored, then removed without recursion
     assert {p for p in os.listdir("/tmp") if p.startswith("rlft-code-")} == before
     assert isolation.mode() == "none"
+
+
+@needs_bwrap
+@pytest.mark.skipif(not WHOLE.startswith("cgroup"), reason="no cgroup: sandboxes are started directly")
+def test_spawners_survive_a_long_batch_and_leave_no_zombies():
+    """The helper reaps orphans but never a sandbox before its pidfd is handled (it crashed with ECHILD)."""
+    from rlft.verifiers.sandbox import spawner
+
+    jobs = [("def f(x): return x + 1", [f"assert f({i}) == {i + 1}", f"assert f({i}) != {i}"]) for i in range(40)]
+    assert all(r.passed for r in run_many(jobs, Limits(), workers=2))
+    helpers = list(spawner._helpers.values())
+    assert helpers and all(h.proc.poll() is None for h in helpers)
+    for procs in (cgroup.slot_procs(processes.current_slot(), 512, 32),):
+        pids = os.path.join(os.path.dirname(procs[-1]), "pids.current")
+        if cgroup.available() == "v1" and os.path.exists(pids):
+            with open(pids) as f:
+                assert int(f.read()) <= 6  # the helper, the sandbox started ahead (3) and a zombie or two
