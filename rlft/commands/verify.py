@@ -26,7 +26,8 @@ from rlft.errors import DataError, UserError, row_problem
 
 def verify(
     name: Annotated[str, typer.Argument(help="Verifier: a built-in (math, label, label_partial, json, regex, "
-                                             "code, format), NAME:WEIGHT, or path/to/file.py:function.")],
+                                             "code, code_forgeable, format), NAME:WEIGHT, or "
+                                             "path/to/file.py:function.")],
     data: Annotated[Path, typer.Option("--data", "-d", help="JSONL rows: the verifier's gold fields, plus "
                                                             "`completion` for the rows to score.")],
     json_out: Annotated[bool, typer.Option(
