@@ -4,7 +4,8 @@
                literal expected value (`values.matches`: Python's `==` or the test's own operator on plain
                stdlib values, with a float tolerance only where the test asks for one).
   ProgramCase  run the program with `stdin`; the parent compares its stdout with the expected text
-               (`values.same_output`: line by line, trailing spaces and trailing empty lines ignored).
+               (`values.same_output`: line by line, trailing spaces and trailing empty lines ignored);
+               it must also exit 0 (`sys.exit(0)` is fine), as judges count a crash after the output.
 A Test is one or more cases that must all pass; a row's reward is the share of its tests that pass.
 `rlft.verifiers.sandbox.convert` makes them from the usual test formats, or refuses.
 """
