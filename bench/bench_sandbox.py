@@ -2,7 +2,8 @@
 
     python bench/bench_sandbox.py [--n 30] [--rounds 3]
 
-Each test of each completion runs in its own process (rlft/verifiers/sandbox.py). Measured, one worker
+Each case of each completion runs in its own process (rlft/verifiers/sandbox/processes.py; with a cgroup,
+spawned by the slot's helper, one started ahead, rlft/verifiers/sandbox/spawner.py). Measured, one worker
 (sequential), on `--n` one-test jobs (`def f(x): return x + 1` / `assert f(i) == i + 1`):
   bwrap   the default: bubblewrap (namespaces, uid 65534, read-only stdlib, tmpfs work dir) + rlimits
   none    RLFT_CODE_ISOLATION=none: the same harness as a plain child process with the rlimits only
@@ -23,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from rlft.verifiers import sandbox_isolation  # noqa: E402
+from rlft.verifiers.sandbox import isolation as sandbox_isolation  # noqa: E402
 from rlft.verifiers.sandbox import run_many  # noqa: E402
 
 GOAL_MS = 100.0

@@ -153,7 +153,7 @@ def pick_verifier(rows: list[Any], registry: dict[str, Any] | None = None, sampl
     best, best_score = None, None
     for name, v in registry.items():
         fields = tuple(getattr(v, "gold_fields", ()) or ())
-        if not fields:
+        if not fields or getattr(v, "forgeable", False):
             continue
         present = sum(all(f in d for f in fields) for d in head)
         if present * 2 <= len(head):

@@ -1,6 +1,7 @@
-"""The code sandbox: what the process sees, how tests become parent-side verdicts, the opt-out and the refusal.
+"""The code sandbox: what the process sees, whole-sandbox limits, the parent's bounds, the opt-out and the refusal.
 
-The attack table (hostile code, host effects) is tests/test_sandbox_security.py.
+How tests convert is tests/test_code_cases.py; the attack table (hostile code, host effects) is
+tests/test_sandbox_security.py.
 """
 
 from __future__ import annotations
@@ -11,16 +12,17 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from rlft.errors import UserError
-from rlft.verifiers import sandbox, sandbox_harness, sandbox_isolation
-from rlft.verifiers.sandbox import Limits, run_many, run_tests, split_tests
+from rlft.verifiers.sandbox import Limits, cgroup, isolation, processes, run, run_many, run_tests, seccomp, values
 
 LIMITS = Limits(cpu_seconds=1, wall_seconds=3.0)
 needs_bwrap = pytest.mark.skipif(os.environ.get("RLFT_CODE_ISOLATION") == "none",
                                  reason="RLFT_CODE_ISOLATION=none: isolation explicitly turned off")
+WHOLE = isolation.whole_sandbox_limits()
 
 
 @needs_bwrap
@@ -31,20 +33,29 @@ def test_process_is_unprivileged_and_alone():
             for line in open('/proc/self/status'):
                 if line.startswith(key + ':'):
                     return line.split()[1]
-        def uids():
+        def ids():
             return os.getuid(), os.geteuid(), os.getgid(), os.getgroups()
         def pids():
             return sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+        def links():
+            return socket.if_nameindex()
+        def clean_path():
+            return not any('site-packages' in p or 'dist-packages' in p or 'rlft' in p for p in sys.path)
+        def host_dirs():
+            return [d for d in ('/etc', '/home', '/usr/lib/python3/dist-packages')
+                    if os.path.exists(d) and os.listdir(d)]
+        def env():
+            return sorted(os.environ), os.getcwd()
         """)
-    tests = ["assert uids() in [(u, u, u, []) for u in range(65527, 65535)]",  # a uid of its own per worker
+    slots = [[u, u, u, []] for u in range(65527, 65535)]  # a uid of its own per worker slot
+    tests = [f"assert list(ids()) in {slots}",
              *(f"assert status({k!r}) == '0000000000000000'" for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")),
              "assert status('NoNewPrivs') == '1'",
-             "assert socket.if_nameindex() == [(1, 'lo')]",  # own network namespace
+             "assert links() == [(1, 'lo')]",  # own network namespace
              "assert pids() == [1, 2]",  # own PID namespace: bwrap's init and this process
-             "assert not any('site-packages' in p or 'rlft' in p for p in sys.path)",
-             "assert not os.path.exists('/etc') and not os.path.exists('/home') and os.getcwd() == '/work'",
-             "assert sorted(os.environ) == ['HOME', 'LC_CTYPE', 'PATH', 'PWD', 'TMPDIR']"]
-    if sandbox_isolation.seccomp_program() is not None:
+             "assert clean_path()", "assert host_dirs() == []",
+             "assert env() == (['HOME', 'LC_CTYPE', 'PATH', 'PWD', 'TMPDIR'], '/work')"]
+    if seccomp.program() is not None:
         tests.append("assert status('Seccomp') == '2'")  # SECCOMP_MODE_FILTER
     result = run_tests(code, tests, LIMITS)
     assert result.passed, result
@@ -52,14 +63,26 @@ def test_process_is_unprivileged_and_alone():
 
 
 @needs_bwrap
-def test_seccomp_refuses_kernel_attack_surface_not_threads_or_processes():
-    if sandbox_isolation.seccomp_program() is None:
+def test_seccomp_refuses_kernel_surface_sysv_ipc_and_vsock_not_threads():
+    if seccomp.program() is None:
         pytest.skip("the seccomp filter is built for x86_64 only")
     code = textwrap.dedent("""
-        import ctypes, os, subprocess, sys, threading
+        import ctypes, os, socket, subprocess, sys, threading
         libc = ctypes.CDLL(None, use_errno=True)
         def call(fn, *args):
             return fn(*args), ctypes.get_errno()
+        def unshare(): return call(libc.unshare, 0x10000000)
+        def mount(): return call(libc.mount, b'none', b'/work', b'tmpfs', 0, None)
+        def syscall(*args): return call(libc.syscall, *args)
+        def shmget(): return call(libc.shmget, 0, 1 << 20, 0o1000 | 0o600)
+        def msgget(): return call(libc.msgget, 0, 0o1000 | 0o600)
+        def semget(): return call(libc.semget, 0, 1, 0o1000 | 0o600)
+        def sock(family):
+            try:
+                socket.socket(family, socket.SOCK_STREAM).close()
+                return 0
+            except OSError as e:
+                return e.errno
         def thread():
             out = []
             t = threading.Thread(target=lambda: out.append(1))
@@ -69,22 +92,83 @@ def test_seccomp_refuses_kernel_attack_surface_not_threads_or_processes():
         def child():
             return subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True).stdout
         """)
-    tests = ["assert call(libc.unshare, 0x10000000) == (-1, 1)",  # CLONE_NEWUSER: EPERM
-             "assert call(libc.mount, b'none', b'/work', b'tmpfs', 0, None) == (-1, 1)",
-             "assert call(libc.syscall, 250, 0, -4, 0, 0, 0) == (-1, 1)",  # keyctl
-             "assert call(libc.syscall, 425, 8, 0) == (-1, 1)",  # io_uring_setup
-             "assert call(libc.syscall, 101, 16, 1, 0, 0) == (-1, 1)",  # ptrace(PTRACE_ATTACH, 1)
-             "assert thread() == [1]", "assert child() == b'42\\n'"]
+    tests = ["assert unshare() == (-1, 1)", "assert mount() == (-1, 1)",  # EPERM
+             "assert syscall(250, 0, -4, 0, 0, 0) == (-1, 1)",  # keyctl
+             "assert syscall(425, 8, 0) == (-1, 1)",  # io_uring_setup
+             "assert syscall(101, 16, 1, 0, 0) == (-1, 1)",  # ptrace(PTRACE_ATTACH, 1)
+             "assert syscall(319, b'x', 0) == (-1, 1)",  # memfd_create
+             "assert shmget() == (-1, 1)", "assert msgget() == (-1, 1)", "assert semget() == (-1, 1)",
+             "assert sock(40) == 97", "assert sock(38) == 97",  # AF_VSOCK, AF_ALG: EAFNOSUPPORT
+             "assert sock(1) == 0", "assert sock(2) == 0",  # unix and inet sockets are fine
+             "assert thread() == [1]"]
+    # a child process: inside a cgroup it is counted; without one, seccomp refuses it
+    tests.append("assert child() == b'42\\n'" if WHOLE.startswith("cgroup") else "assert child() == b''")
     result = run_tests(code, tests, LIMITS)
     assert result.passed and "seccomp" in result.protections, result
+
+
+@needs_bwrap
+@pytest.mark.skipif(not WHOLE.startswith("cgroup"), reason="no writable cgroup here: one process per sandbox")
+def test_memory_limit_holds_for_the_whole_sandbox():
+    """Four children of 200 MB each would hold 800 MB with a per-process RLIMIT_AS of 256 MB; the slot's
+    cgroup caps the sandbox at 256 MB: the children are killed, and the cgroup never went over."""
+    code = textwrap.dedent("""
+        import os, time
+        def f(mb):
+            kids = []
+            for _ in range(4):
+                pid = os.fork()
+                if pid == 0:
+                    b = bytearray(mb * 1024 * 1024)
+                    time.sleep(0.5)
+                    os._exit(0)
+                kids.append(pid)
+            return sum(os.waitpid(p, 0)[1] == 0 for p in kids)
+        """)
+    limits = Limits(cpu_seconds=2, wall_seconds=8.0, memory_mb=256)
+    result = run_many([(code, ["assert f(200) == 4"]), (code, ["assert f(20) == 4"])], limits, workers=1)
+    assert [r.fraction for r in result] == [0.0, 1.0], result  # 4 x 20 MB fits: forking itself is fine
+    assert f"cgroup-{cgroup.available()}" in result[0].protections
+    if cgroup.available() == "v1":
+        procs = cgroup.slot_procs(processes.current_slot(), 256, limits.nproc)
+        with open(os.path.join(os.path.dirname(procs[0]), "memory.max_usage_in_bytes")) as f:
+            assert int(f.read()) <= 256 * 1024 * 1024
+
+
+@needs_bwrap
+def test_without_a_cgroup_the_sandbox_is_one_process(monkeypatch):
+    """Where no cgroup can be made, seccomp refuses new processes (threads stay): the one process's RLIMIT_AS
+    is then the memory of the whole sandbox."""
+    if seccomp.program(single_process=True) is None:
+        pytest.skip("the seccomp filter is built for x86_64 only")
+    monkeypatch.setattr(cgroup, "slot_procs", lambda *a: [])
+    code = textwrap.dedent("""
+        import os, threading
+        def fork():
+            try:
+                pid = os.fork()
+            except OSError as e:
+                return e.errno
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            return 0
+        def thread():
+            out = []
+            t = threading.Thread(target=lambda: out.append(1))
+            t.start()
+            t.join()
+            return out
+        """)
+    result = run_tests(code, ["assert fork() == 1", "assert thread() == [1]"], LIMITS)
+    assert result.passed, result
 
 
 def test_correct_code_scores_one_and_half_right_scores_half():
     code = "def add(a, b):\n    return a + b"
     assert run_tests(code, ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"], LIMITS).fraction == 1.0
-    half = run_tests("def add(a, b):\n    return a * b", ["assert add(2, 2) == 4", "assert add(1, 2) == 3"],
-                     LIMITS)
-    assert half.fraction == 0.5 and not half.passed and half.error.startswith("test 2")
+    half = run_tests("def add(a, b):\n    return a * b", ["assert add(2, 2) == 4", "assert add(1, 2) == 3"], LIMITS)
+    assert half.fraction == 0.5 and not half.passed and half.error == "test 2: got 2, which fails `result == 3`"
 
 
 def test_legitimate_code_still_works():
@@ -114,11 +198,13 @@ def test_legitimate_code_still_works():
             return open("scratch.txt").read()
         def half():
             return fractions.Fraction(1, 2)
+        def color():
+            return Color.RED.value
         """)
     tests = ["assert run(2) == 4", "assert point() == (1, 2)", "assert counts() == {'a': 1}",
-             "assert write_read() == 'ok'", "assert 0 < run(1) <= 2", "assert 3 in [run(1), 3]",
-             "assert D(1) == D(1)", "assert Color.RED.value == 1", "assert half() == fractions.Fraction(2, 4)",
-             "assert math.isclose(run(1) / 3, 0.6666666, rel_tol=1e-6)", "assert run(1) is not None",
+             "assert write_read() == 'ok'", "assert 0 < run(1)", "assert run(1) in [2, 3]", "assert color() == 1",
+             "import fractions\nassert half() == fractions.Fraction(2, 4)",
+             "assert math.isclose(run(1), 2.0000001, rel_tol=1e-6)", "assert run(1) is not None",
              "assert not run(0)", "assert run(3) in {6, 7}", "assert run(1) != 3"]
     result = run_tests(code, tests, LIMITS)
     assert result.fraction == 1.0, result
@@ -127,103 +213,19 @@ def test_legitimate_code_still_works():
 def test_values_round_trip():
     weird = "a\"b\\c\u00e9\U0001F600\udc80\x00\n"  # quotes, backslash, non-ASCII, astral, lone surrogate, NUL
     code = (f"def f(): return {weird!a}\ndef g(): return [1.5, -0.0, 2 ** 70, 1j, b'\\x00', None, (1,), {{1: {{2}}}}]\n"
-            "import math\ndef big(): return -math.factorial(2000)")  # 5,736 digits: past int's str limit
-    tests = [f"assert f() == {weird!a}", "assert len(f()) == 10", "assert f() != 'a'",
-             "assert g() == [1.5, 0.0, 2 ** 70, 1j, b'\\x00', None, (1,), {1: {2}}]", "assert g()[1] is not None",
-             "assert float('nan') != float('nan')", "import math\nassert big() == -math.factorial(2000)",
+            "import math\ndef big(): return -math.factorial(1000)\ndef echo(*a, **k): return [list(a), k]")
+    tests = [f"assert f() == {weird!a}", "assert f() != 'a'",
+             f"assert g() == [1.5, 0.0, {2 ** 70}, 1j, b'\\x00', None, (1,), {{1: {{2}}}}]",
+             f"assert big() == -{__import__('math').factorial(1000)}",  # 2,568 digits, sent as hex
+             f"assert echo({weird!a}, (1, 2), {{3}}, x=frozenset()) == "
+             f"[[{weird!a}, (1, 2), {{3}}], {{'x': frozenset()}}]",
              "assert f() == 'x'"]
     result = run_tests(code, tests, LIMITS)
-    assert (result.n_passed, result.error) == (7, "test 8: AssertionError: assert f() == 'x'"), result
+    assert result.n_passed == len(tests) - 1 and result.error.startswith(f"test {len(tests)}: got"), result
 
 
-def test_a_test_with_several_asserts_passes_when_all_do():
-    tests = ["assert f(1) == 1\nassert f(2) == 4", "x = 3\nassert f(x) == 9\nassert f(0) == 0"]
-    assert run_tests("def f(x): return x * x", tests, LIMITS).fraction == 1.0
-    half = run_tests("def f(x): return x if x < 3 else x * x", tests, LIMITS)
-    assert (half.n_tests, half.n_passed) == (2, 1) and half.error == "test 1: AssertionError: assert f(2) == 4"
-
-
-def test_check_function_becomes_one_test_per_assert():
-    tests = textwrap.dedent("""
-        METADATA = {"author": "x"}
-        def check(candidate):
-            \"\"\"HumanEval style.\"\"\"
-            assert candidate(1) == 2
-            assert candidate(-1) == 0, "negative"
-            assert abs(candidate(0.5) - 1.5) < 1e-9
-        check(inc)
-        """)
-    assert run_tests("def inc(x):\n    return x + 1", tests, LIMITS).fraction == 1.0
-    wrong = run_tests("def inc(x):\n    return 2 if x == 1 else x", tests, LIMITS)
-    assert (wrong.n_tests, wrong.n_passed) == (3, 1)
-    forged = run_tests("import os\nos.write(1, b'[\"ok\", []]\\n')\nos._exit(0)", tests, LIMITS)
-    assert forged.n_passed == 0  # each assert's expected side stays in the parent: no report can forge it
-    # a loop over literal items unrolls (one test per assert and item); no call of check: not a check block
-    loop = "def check(candidate):\n    for i in range(3):\n        assert candidate(i) == i + 1\ncheck(inc)"
-    assert sandbox.inline_check(loop)[1] == "candidate = inc\ni = 0\ni = 1\nassert candidate(i) == i + 1"
-    assert sandbox.inline_check(tests.replace("check(inc)", "")) is None
-    while_loop = "def check(candidate):\n    while True:\n        assert candidate(1) == 2\ncheck(inc)"
-    assert sandbox.inline_check(while_loop) is None  # any other block with an assert: one opaque test
-
-
-def test_tests_split():
-    # setup lines carry into every later test (each runs in its own process); trailing lines join the last
-    assert split_tests("x = f(2)\nassert x == 4\nassert f(0) == 0\ny = 1") == ["x = f(2)\nassert x == 4",
-                                                                                "x = f(2)\nassert f(0) == 0\ny = 1"]
-
-
-def test_expected_value_stays_in_the_parent():
-    p = sandbox_harness.plan("assert f(2) == 4")
-    assert p.known == {1: 4} and p.observed() == [0] and not p.needs_reference
-    assert p.solution_setup() == "" and [p.sides[i] for i in p.observed()] == ["f(2)"]
-    # an expected value computed in setup is evaluated without the code; the code gets only what it needs
-    p = sandbox_harness.plan("expected = sorted([9, 7])\nx, y = 2, 3\nrandom.seed(y)\nassert f(x) == expected")
-    assert p.setup == ["expected = sorted([9, 7])", "x = 2", "y = 3", "random.seed(y)"]  # `x, y = 2, 3` split
-    # `f(x)` needs the code (f is bound nowhere in the test), so only the other side is tried without it,
-    # with the setup lines it needs
-    assert sandbox_harness.reference_job(p) == ("expected = sorted([9, 7])\nx = 2", ["expected", "expected", "x"])
-    seven_nine = ["l", [["i", "7"], ["i", "9"]]]
-    sandbox_harness.settle(p, [["v", seven_nine], ["v", seven_nine], ["v", ["i", "2"]]])
-    assert p.known == {1: [7, 9]} and not p.opaque
-    # x arrives as a value; `y = 3` is sent only because random.seed(y) (kept: it assigns nothing) reads y
-    assert p.solution_bind() == {"x": ["i", "2"]} and p.solution_setup() == "y = 3\nrandom.seed(y)"
-    q = sandbox_harness.settle(sandbox_harness.plan("want, x = [1, 2], [2, 1]\nassert f(x) == want"),
-                               [["v", ["l", [["i", "1"], ["i", "2"]]]], ["v", ["l", [["i", "1"], ["i", "2"]]]],
-                               ["v", ["l", [["i", "2"], ["i", "1"]]]]])
-    assert q.solution_setup() == "" and q.solution_bind() == {"x": ["l", [["i", "2"], ["i", "1"]]]}  # no `want`
-    assert sandbox_harness.verdict(p, [["v", ["l", [["i", "7"], ["i", "9"]]]]]) == (True, "")
-    assert sandbox_harness.verdict(p, [["v", ["t", [["i", "7"], ["i", "9"]]]]])[0] is False  # (7, 9) != [7, 9]
-    # a side mixing the code's value with test data is split: the code reports f(1), a judge adds 1
-    p = sandbox_harness.settle(sandbox_harness.plan("assert f(2) == f(1) + 1"), None)
-    assert not p.opaque and p.observed_exprs() == ["f(2)", "f(1)"] and p.solution_setup() == ""
-    assert p.split == {1: ("_rlft_leaves[1, 0] + 1", ["f(1)"])}
-    job = sandbox_harness.judge_job(p, [["v", ["i", "9"]], ["v", ["i", "8"]]])
-    assert job == ("", ["_rlft_leaves[1, 0] + 1"], {"_rlft_leaves": ["d", [[["t", [["i", "1"], ["i", "0"]]],
-                                                                             ["i", "8"]]]]})
-    # an expected value set up next to a call of the code stays in the parent (the setup is split statically)
-    r = sandbox_harness.plan("want = 55\nresult = f(10)\nprint(want)\nassert result == want")
-    assert sandbox_harness.reference_job(r) == ("want = 55\nprint(want)", ["want", "want"])
-    sandbox_harness.settle(r, [["v", ["i", "37"]], ["v", ["i", "37"]]])
-    assert r.known == {1: 55} and r.solution_setup() == "result = f(10)"  # print(want) would leak it
-
-
-def test_parent_refuses_values_built_to_be_slow():
-    collide = ["S", [["i", f"{k * (2 ** 61 - 1):x}"] for k in range(1, 2000)]]  # every element hashes to 0
-    with pytest.raises(ValueError, match="equal hashes"):
-        sandbox_harness.decode(collide)
-    with pytest.raises(ValueError, match="too deep"):
-        sandbox_harness.decode(["l", [["l", [["l", []]]]]], depth=sandbox_harness.MAX_DEPTH - 1)
-    assert sandbox_harness.decode(["S", [["i", f"{k:x}"] for k in range(2000)]]) == set(range(2000))
-
-
-@pytest.mark.parametrize("data", [b"", b"junk\n", b'["ok", []]', b'["ok", []]\n["ok", []]\n', b'["pass", 1]\n',
-                                  b'{"ok": 1}\n', b"[" * 100000 + b"\n"])
-def test_only_one_well_formed_report_counts(data):
-    assert sandbox_harness.parse_report(data) is None
-
-
-def test_one_rows_failure_never_ends_the_batch(monkeypatch):
-    real, calls = sandbox_isolation.command, []
+def test_one_cases_failure_never_ends_the_batch(monkeypatch):
+    real, calls = processes._run_process, []
 
     def flaky(*args):
         calls.append(1)
@@ -231,24 +233,57 @@ def test_one_rows_failure_never_ends_the_batch(monkeypatch):
             raise OSError("simulated: the sandbox could not start")
         return real(*args)
 
-    monkeypatch.setattr(sandbox_isolation, "command", flaky)
+    monkeypatch.setattr(processes, "_run_process", flaky)
     ok = "def f(): return 1"
     results = run_many([(ok, ["assert f() == 1"]), (ok, ["assert f() == 1"]), ("def f(:", ["assert f() == 1"]),
                         (ok, ["assert f() == 1"])], LIMITS, workers=1)
     assert [r.fraction for r in results] == [1.0, 0.0, 0.0, 1.0]
-    assert "simulated" in results[1].error and results[2].error.startswith("code: SyntaxError")
+    assert "simulated" in results[1].error and results[2].error.startswith("test 1: code: SyntaxError")
+
+
+def test_errors_in_the_comparison_stay_in_their_case():
+    """decimal.InvalidOperation (sNaN), OverflowError (isclose of a huge int), a TypeError (`<` between types)
+    used to end the whole batch; each now fails its own case."""
+    code = ("from decimal import Decimal\ndef nan(): return Decimal('sNaN')\ndef big(): return 10 ** 400\n"
+            "def s(): return 'x'\ndef one(): return 1")
+    tests = ["from decimal import Decimal\nassert nan() == Decimal('1')",
+             "import math\nassert math.isclose(big(), 1.5)",
+             "assert s() < 3", "assert round(s(), 2) == 1.0", "assert one() == 1"]
+    result = run_tests(code, tests, LIMITS)
+    assert result.n_passed == 1 and result.n_tests == 5, result
+
+
+@pytest.mark.parametrize("enc,extras,why", [
+    (["Q", ["1" + "0" * 400, "3"]], "Q", "Fraction parts far larger"),
+    (["D", "1.5"], "", "a Decimal where the expected value has none"),
+    (["K", []], "", "a Counter where the expected value has none"),
+    (["l", [["i", "1"]] * (values.MAX_NODES + 1)], "", "too large"),
+    (["S", [["i", format(k * (2 ** 61 - 1), "x")] for k in range(1, 200)]], "", "equal hashes"),
+    (["z", 1], "", "unknown"), (["i"], "", "malformed"), ("x", "", "malformed"),
+])
+def test_decoding_is_bounded_and_strict(enc, extras, why):
+    with pytest.raises(values.Refused, match=why):
+        values.decode(enc, frozenset(extras), digits=1)
+
+
+def test_parent_keeps_a_bounded_prefix_of_each_report():
+    started = time.monotonic()
+    result = run_tests("def f(): return list(range(10 ** 5))", ["assert f() == [0]"], LIMITS)
+    assert "output larger than the expected value allows" in result.error
+    assert run._cap(run.convert_.convert(["assert f() == [0]"]).tests[0].cases[0]) == run.REPORT_FLOOR
+    assert time.monotonic() - started < 10
 
 
 def test_bad_isolation_mode(monkeypatch):
     monkeypatch.setenv("RLFT_CODE_ISOLATION", "maybe")
     with pytest.raises(UserError, match="RLFT_CODE_ISOLATION"):
-        run_tests("x = 1", [], LIMITS)
+        run_tests("x = 1", ["assert f() == 1"], LIMITS)
 
 
-def _verify(tmp_path, env):
+def _verify(tmp_path, env, verifier="code", completion="def add(a, b): return a + b"):
     data = tmp_path / "rows.jsonl"
-    data.write_text(json.dumps({"tests": "assert add(1, 2) == 3", "completion": "def add(a, b): return a + b"}) + "\n")
-    cmd = [sys.executable, "-m", "rlft", "verify", "code", "--data", str(data), "--json"]
+    data.write_text(json.dumps({"tests": "assert add(1, 2) == 3", "completion": completion}) + "\n")
+    cmd = [sys.executable, "-m", "rlft", "verify", verifier, "--data", str(data), "--json"]
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=120)
 
 
@@ -278,6 +313,18 @@ def test_opt_out_runs_with_a_loud_warning(tmp_path):
     assert "WARNING: RLFT_CODE_ISOLATION=none" in out.stderr and "WITHOUT isolation" in out.stderr
 
 
+def test_forgeable_mode_is_opt_in_and_says_so(tmp_path):
+    """`code_forgeable` runs code and test in one process: `os._exit(0)` scores 1.0. That is what the mode
+    is, so every use warns and every report is marked."""
+    out = _verify(tmp_path, {}, "code_forgeable", "import os\nos._exit(0)")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [{"line": 1, "reward": 1.0, "forgeable": True}]
+    assert "WARNING: code_forgeable" in out.stderr
+    results = run.run_forgeable([("def add(a, b): return a - b", ["assert add(1, 2) == 3", "x = 2\nassert x == 2"])],
+                                LIMITS)
+    assert results[0].forgeable and results[0].fraction == 0.5
+
+
 def test_opt_out_keeps_limits_and_cleans_up(monkeypatch):
     monkeypatch.setenv("RLFT_CODE_ISOLATION", "none")
     deep = "import os\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\ndef f(): return 1"
@@ -286,21 +333,21 @@ def test_opt_out_keeps_limits_and_cleans_up(monkeypatch):
     assert results[0].fraction == 0.0 and results[0].protections == ("rlimits",)
     assert results[1].fraction == 1.0  # the 1,500-deep chain is scored, then removed without recursion
     assert {p for p in os.listdir("/tmp") if p.startswith("rlft-code-")} == before
-    assert sandbox.isolation.mode() == "none"
+    assert isolation.mode() == "none"
 
 
-def test_hostile_test_shapes_stay_cheap_for_the_parent():
-    """Unrolling is capped while it grows: 60 x 60 x 60 nested loop items would be 216,000 parts."""
-    import ast
-    import time
+@needs_bwrap
+@pytest.mark.skipif(not WHOLE.startswith("cgroup"), reason="no cgroup: sandboxes are started directly")
+def test_spawners_survive_a_long_batch_and_leave_no_zombies():
+    """The helper reaps orphans but never a sandbox before its pidfd is handled (it crashed with ECHILD)."""
+    from rlft.verifiers.sandbox import spawner
 
-    from rlft.verifiers import sandbox_shapes
-    nested = ("for i in range(60):\n    for j in range(60):\n        for k in range(60):\n"
-              "            assert f(i, j, k) == 0")
-    started = time.monotonic()
-    assert sandbox_shapes.expand(ast.parse(nested).body) is None  # stays one (opaque) test
-    assert len(sandbox_shapes.expand(ast.parse(nested.replace("60", "6")).body)) == 216
-    many = "\n".join(f"x{i} = {i}\nassert f(x{i}) == {i}" for i in range(500))
-    parts = split_tests(many)
-    assert len(parts) == 500 and parts[-1].count("\n") <= 17  # at most 16 setup lines carried, plus its own
-    assert time.monotonic() - started < 10
+    jobs = [("def f(x): return x + 1", [f"assert f({i}) == {i + 1}", f"assert f({i}) != {i}"]) for i in range(40)]
+    assert all(r.passed for r in run_many(jobs, Limits(), workers=2))
+    helpers = list(spawner._helpers.values())
+    assert helpers and all(h.proc.poll() is None for h in helpers)
+    for procs in (cgroup.slot_procs(processes.current_slot(), 512, 32),):
+        pids = os.path.join(os.path.dirname(procs[-1]), "pids.current")
+        if cgroup.available() == "v1" and os.path.exists(pids):
+            with open(pids) as f:
+                assert int(f.read()) <= 6  # the helper, the sandbox started ahead (3) and a zombie or two

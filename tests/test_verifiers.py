@@ -240,7 +240,7 @@ def test_registry_flags():
     assert REGISTRY["label_partial"].partial_credit and REGISTRY["code"].partial_credit
     assert {name: v.gold_fields for name, v in REGISTRY.items()} == {
         "math": ("answer",), "label": ("label",), "label_partial": ("label",), "json": ("schema",),
-        "regex": ("pattern",), "code": ("tests",), "format": ()}
+        "regex": ("pattern",), "code": ("tests",), "code_forgeable": ("tests",), "format": ()}
     assert all(v.description for v in REGISTRY.values())
 
 
@@ -272,7 +272,10 @@ GOLD_CASES = [
     ("code", "tests", ADD_TESTS, None),
     ("code", "tests", ["assert f() == 1"], None),
     ("code", "tests", "assert f(", "not valid Python"),
-    ("code", "tests", "x = 1", "has no assert"),
+    ("code", "tests", "x = 1", "is a statement, not an assert"),
+    ("code", "tests", "assert f(1) == g(2)", "both sides call functions"),
+    ("code_forgeable", "tests", "x = 1\nassert f(x) == g(2)", None),
+    ("code_forgeable", "tests", ["x = 1"], "has no assert"),
     ("code", "tests", [], "expected a string"),
 ]
 
@@ -329,7 +332,7 @@ def test_resolve_plugin(plugin):
 @pytest.mark.parametrize("spec,message,fix", [
     ("mth", "unknown verifier 'mth'", "did you mean 'math'?"),
     ("lable_partial", "unknown verifier", "did you mean 'label_partial'?"),
-    ("zzz", "unknown verifier 'zzz'", "known verifiers: code, format, json"),
+    ("zzz", "unknown verifier 'zzz'", "known verifiers: code, code_forgeable, format, json"),
     ("math:heavy", "bad weight 'heavy'", "NAME:WEIGHT"),
     ("math:nan", "bad weight", "NAME:WEIGHT"),
     ("nowhere/rewards.py:fn", "not found", "check the path"),
@@ -525,7 +528,7 @@ def test_verify_command_bad_input(app, tmp_path, name, rows, message):
 # ----------------------------------------------------------------------------- hygiene
 
 VERIFIER_MODULES = ["common", "math", "label", "json_schema", "regex", "code", "format", "registry", "stress",
-                    "sandbox"]
+                    "sandbox.run", "sandbox.values", "sandbox.convert", "sandbox.cases"]
 
 
 @pytest.mark.parametrize("module", VERIFIER_MODULES)

@@ -26,7 +26,8 @@ from rlft.errors import DataError, UserError, row_problem
 
 def verify(
     name: Annotated[str, typer.Argument(help="Verifier: a built-in (math, label, label_partial, json, regex, "
-                                             "code, format), NAME:WEIGHT, or path/to/file.py:function.")],
+                                             "code, code_forgeable, format), NAME:WEIGHT, or "
+                                             "path/to/file.py:function.")],
     data: Annotated[Path, typer.Option("--data", "-d", help="JSONL rows: the verifier's gold fields, plus "
                                                             "`completion` for the rows to score.")],
     json_out: Annotated[bool, typer.Option(
@@ -38,6 +39,9 @@ def verify(
     gold: Annotated[list[str] | None, typer.Option(
         "--gold", help="Row field holding the gold value (repeatable); default: the verifier's own gold "
                        "fields, for a plugin its required parameters.")] = None,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="code: print how each test of each row was read (the call and the comparison, or "
+                          "why it is refused), then check the rows.")] = False,
 ) -> None:
     """Score completions with a verifier, or check with --stress that junk cannot earn reward."""
     from dataclasses import replace
@@ -48,6 +52,11 @@ def verify(
     if gold:
         verifier = replace(verifier, gold_fields=tuple(dict.fromkeys(g.strip() for g in gold if g.strip())))
     rows = read_jsonl(data)
+    if explain and verifier.name == "code":
+        from rlft.verifiers.code import explain_rows
+
+        for line in explain_rows(rows, str(data), verifier.gold_fields[0]):
+            typer.echo(line)
     problems = check_rows(verifier, rows, str(data))
     if problems:
         fields = ", ".join(verifier.gold_fields)
@@ -58,6 +67,8 @@ def verify(
     if stress:
         _stress(verifier, [row for _, row in rows], json_out)
         return
+    if explain:
+        return
     scored = [(line, row) for line, row in rows if row.get("completion") is not None]
     if not scored:
         raise UserError(f"{data}: no row has a `completion` to score",
@@ -67,7 +78,8 @@ def verify(
                           **{k: [row.get(k) for _, row in scored] for k in keys})
     by_line = {line: reward for (line, _), reward in zip(scored, rewards)}
     if json_out:
-        typer.echo(json.dumps([{"line": line, "reward": by_line.get(line)} for line, _ in rows]))
+        mark = {"forgeable": True} if verifier.forgeable else {}
+        typer.echo(json.dumps([{"line": line, "reward": by_line.get(line), **mark} for line, _ in rows]))
     else:
         _print_rewards(verifier, rows, by_line)
 
@@ -164,6 +176,8 @@ def _print_rewards(verifier: Any, rows: list[tuple[int, dict]], by_line: dict[in
     console.print(table)
     if scored:
         console.print(f"mean reward {sum(scored) / len(scored):.3f} over {len(scored)} scored rows")
+    if verifier.forgeable:
+        console.print(Text("FORGEABLE: these rewards come from exit statuses the code controls", style="bold red"))
 
 
 def _as_text(value: Any) -> str:
@@ -171,5 +185,8 @@ def _as_text(value: Any) -> str:
 
 
 def _short(text: str, limit: int = 60) -> str:
-    flat = " ".join(text.split())
+    """One line of at most `limit` characters; control characters (ESC sequences, ...) escaped, since the
+    completion is model-written and goes to the user's terminal."""
+    flat = " ".join(text.split())[:limit * 4]
+    flat = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in flat)
     return flat if len(flat) <= limit else flat[:limit - 3] + "..."

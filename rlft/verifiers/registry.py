@@ -53,6 +53,7 @@ class Verifier:
     description: str = ""
     format_only: bool = False  # checks only the shape of the output: `rlft choose` warns about it
     partial_credit: bool = False  # rewards between 0 and 1, not only 0 or 1
+    forgeable: bool = False  # the checked code can fake its own reward: opt-in only, never picked automatically
 
 
 REGISTRY: dict[str, Verifier] = {
@@ -68,8 +69,11 @@ REGISTRY: dict[str, Verifier] = {
     "regex": Verifier("regex", regex.regex_reward, ("pattern",), regex.check_gold,
                       "stripped completion fully matches the regular expression `pattern`"),
     "code": Verifier("code", code_.code_reward, ("tests",), code_.check_gold,
-                     "share of the Python asserts in `tests` that the completion's code passes (sandboxed)",
+                     "share of the `tests` (literal asserts, I/O pairs) the completion's code passes (sandboxed)",
                      partial_credit=True),
+    "code_forgeable": Verifier("code_forgeable", code_.code_forgeable_reward, ("tests",), code_.check_gold_forgeable,
+                               "FORGEABLE: any Python tests run beside the code, reward from the exit status",
+                               partial_credit=True, forgeable=True),
     "format": Verifier("format", format_.format_reward, (), format_.check_gold,
                        "<think>...</think><answer>...</answer> structure (format only)", format_only=True),
 }
@@ -88,7 +92,7 @@ def resolve(spec: str) -> tuple[Verifier, float]:
     name, sep, weight_text = spec.partition(":")
     weight = _weight(weight_text, spec) if sep else 1.0
     if name in REGISTRY:
-        if name == "code":
+        if name in ("code", "code_forgeable"):
             code_.require_isolation()  # refuse before any data is read or folder made
         return REGISTRY[name], weight
     plugins = _entry_points()

@@ -5,8 +5,10 @@ Each sandboxed process is `bwrap ... python -I -S -B -c <harness>` with
   namespaces; `--die-with-parent` and `--new-session` (no terminal to push input into);
 - a root file system that is an empty read-only tmpfs holding only: the interpreter binary, libpython,
   the stdlib (its site-packages hidden under an empty tmpfs), the system library folders
-  (/usr/lib, /lib, ...), /usr/bin/setpriv (root mode), /proc of its own PID namespace, a minimal /dev, and a
-  writable tmpfs work dir /work (also HOME and TMPDIR) capped at `Limits.disk_mb`, plus a small /dev/shm.
+  (/usr/lib, /lib, ...) with every dist-packages/site-packages folder of any Python in them hidden the same
+  way (third-party C extensions are not the stdlib), /usr/bin/setpriv (root mode), /proc of its own PID
+  namespace, a minimal /dev, and a writable tmpfs work dir /work (also HOME and TMPDIR) capped at
+  `Limits.disk_mb`, plus a small /dev/shm.
   No /etc, /home, /root (beyond the interpreter's own path), /tmp of the host, site-packages, or rlft;
 - uid/gid 65534 (`nobody`; as root, concurrent processes take 65534 ... 65527, `UID_SLOTS`) with no
   capabilities (effective, permitted, inheritable, ambient and bounding sets empty) and no_new_privs.
@@ -15,11 +17,12 @@ Each sandboxed process is `bwrap ... python -I -S -B -c <harness>` with
   host too (a user namespace would map it back to host root). Not as root, bwrap's `--unshare-user`
   maps the caller's own uid to 65534;
 - an empty environment except PATH, HOME, TMPDIR and LC_CTYPE;
-- on x86_64, a seccomp filter (`--seccomp`, built here as classic BPF: no libseccomp needed) refusing
-  with EPERM what an unprivileged process only needs for kernel attacks: new namespaces (unshare, setns,
-  clone with CLONE_NEW*), mount and the new mount API, ptrace, keyrings, bpf, perf_event_open,
-  userfaultfd, io_uring, module loading, kexec, handle-based opens; clone3 gets ENOSYS (glibc then
-  falls back to clone, whose flags the filter can read), and x32 or foreign-arch syscalls are refused.
+- on x86_64, a seccomp filter (`rlft.verifiers.sandbox.seccomp`): kernel attack surface, SysV IPC,
+  memfd and socket families other than unix/inet/netlink refused;
+- limits for the whole sandbox, not per process: a memory (no swap) + pids cgroup per worker slot
+  (`rlft.verifiers.sandbox.cgroup`), which every sandbox of the slot is born in (spawned by the slot's
+  helper, `rlft.verifiers.sandbox.spawner`); where no cgroup can be made, seccomp refuses new processes
+  (threads stay), so the one process's RLIMIT_AS is the sandbox's memory.
 
 bubblewrap 0.5 or newer is needed (`--perms`, `--size`). When bwrap is missing or fails the probe
 (run once per process: uid must be 65534 and CapEff 0), the code verifier refuses with a UserError naming
@@ -29,10 +32,9 @@ rlimits only, in a temporary work dir, and a loud warning is printed.
 
 from __future__ import annotations
 
+import glob
 import os
-import platform
 import shutil
-import struct
 import subprocess
 import sys
 import sysconfig
@@ -40,6 +42,7 @@ import tempfile
 from functools import cache
 
 from rlft.errors import UserError
+from rlft.verifiers.sandbox import cgroup, seccomp
 
 ENV_VAR = "RLFT_CODE_ISOLATION"
 SANDBOX_UID = 65534  # nobody
@@ -129,8 +132,12 @@ def _layout() -> tuple[str, list[tuple[str, str]], list[str]]:
     if libdir and soname and os.path.isfile(os.path.join(libdir, soname)):
         lib = os.path.join(libdir, soname)
         binds.append((os.path.realpath(lib), lib))
-    hide = sorted({os.path.realpath(paths[k]) for k in ("purelib", "platlib") if os.path.isdir(paths[k])})
-    return python, binds, hide
+    hide = {os.path.realpath(paths[k]) for k in ("purelib", "platlib") if os.path.isdir(paths[k])}
+    for lib in _SYSTEM_LIB_DIRS:  # Debian's /usr/lib/python3/dist-packages, /usr/local/lib/python3.X/...
+        for pattern in ("python3", "python3*/dist-packages", "python3*/site-packages"):
+            hide.update(p for p in glob.glob(os.path.join(lib, pattern))
+                        if os.path.isdir(p) and not os.path.islink(p) and p != paths["stdlib"])
+    return python, binds, sorted(hide)
 
 
 def _ancestors(paths: list[str]) -> list[str]:
@@ -181,12 +188,13 @@ def bwrap_argv(disk_mb: int, seccomp_fd: int | None = None, uid: int = SANDBOX_U
     return [*argv, python, "-I", "-S", "-B"]
 
 
-def command(chosen: str, disk_mb: int, source: str,
-            uid: int = SANDBOX_UID) -> tuple[list[str], str | None, dict[str, str], tuple[int, ...]]:
+def command(chosen: str, disk_mb: int, source: str, uid: int = SANDBOX_UID, in_cgroup: bool = False,
+            seccomp_at: int | None = None) -> tuple[list[str], str | None, dict[str, str], tuple[int, ...]]:
     """(argv, host work dir to remove afterwards or None, environment, fds to pass and then close) for one
-    sandboxed process."""
+    sandboxed process. Without `in_cgroup` (no cgroup holds the sandbox) seccomp also refuses new processes.
+    `seccomp_at`: the fd number the filter will have in bwrap (when a spawner passes it on), else its own."""
     if chosen == "bwrap":
-        program = seccomp_program()
+        program = seccomp.program(single_process=not in_cgroup)
         if program is None:
             return [*bwrap_argv(disk_mb, None, uid), "-c", source], None, dict(_ENV), ()
         read_fd, write_fd = os.pipe()  # bwrap reads the filter from it; 8 bytes an instruction, < 1 KB
@@ -194,50 +202,17 @@ def command(chosen: str, disk_mb: int, source: str,
             os.write(write_fd, program)
         finally:
             os.close(write_fd)
-        return [*bwrap_argv(disk_mb, read_fd, uid), "-c", source], None, dict(_ENV), (read_fd,)
+        at = read_fd if seccomp_at is None else seccomp_at
+        return [*bwrap_argv(disk_mb, at, uid), "-c", source], None, dict(_ENV), (read_fd,)
     work = os.path.realpath(tempfile.mkdtemp(prefix="rlft-code-"))
     env = {**_ENV, "HOME": work, "TMPDIR": work}
     return [sys.executable, "-I", "-S", "-B", "-c", source], work, env, ()
 
 
-# x86_64 syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl)
-_DENY_X86_64 = {"ptrace": 101, "pivot_root": 155, "chroot": 161, "mount": 165, "umount2": 166, "init_module": 175,
-                "delete_module": 176, "kexec_load": 246, "add_key": 248, "request_key": 249, "keyctl": 250,
-                "unshare": 272, "perf_event_open": 298, "name_to_handle_at": 303, "open_by_handle_at": 304,
-                "setns": 308, "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323,
-                "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
-                "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-                "mount_setattr": 442}
-_CLONE, _CLONE3 = 56, 435
-_CLONE_NEW = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET (<linux/sched.h>)
-
-
-@cache
-def seccomp_program() -> bytes | None:
-    """The filter as `struct sock_filter` records, or None off x86_64 (syscall numbers differ)."""
-    if platform.machine() not in ("x86_64", "AMD64") or sys.byteorder != "little":
-        return None
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
-    allow, kill = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
-    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ERRNO | EPERM / ENOSYS
-    denied = sorted(_DENY_X86_64.values())
-    # layout: arch check (3), nr load (1), x32 check (1), denied (n), clone3 (1), clone (1), flags (2), rets (3)
-    n = len(denied)
-    at_allow = 5 + n + 4
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, kill),  # seccomp_data.arch: AUDIT_ARCH_X86_64
-            (ld, 0, 0, 0)]  # seccomp_data.nr
-    prog.append((jge, at_allow + 1 - 5, 0, 0x40000000))  # __X32_SYSCALL_BIT: refuse
-    for k, nr in enumerate(denied):
-        i = 5 + k
-        prog.append((jeq, at_allow + 1 - (i + 1), 0, nr))
-    i = 5 + n
-    prog.append((jeq, at_allow + 2 - (i + 1), 0, _CLONE3))
-    prog.append((jeq, 0, at_allow - (i + 2), _CLONE))
-    prog.append((ld, 0, 0, 16))  # seccomp_data.args[0], low 32 bits: the clone flags
-    prog.append((jset, 1, 0, _CLONE_NEW))
-    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
-    assert len(prog) == at_allow + 3  # noqa: S101 - the jump offsets above depend on it
-    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+def whole_sandbox_limits() -> str:
+    """How memory and processes are bounded across a sandbox: 'cgroup v1', 'cgroup v2' or 'single process'."""
+    kind = cgroup.available()
+    return f"cgroup {kind}" if kind else "single process"
 
 
 def remove_work(work: str | None) -> None:
