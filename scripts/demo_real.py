@@ -82,7 +82,7 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
          sft_steps: Annotated[int, typer.Option(min=1, help="SFT steps.")] = 11,
          sft_batch: Annotated[int, typer.Option(min=1, help="SFT rows per step.")] = 8,
          rl: Annotated[str, typer.Option(help="RL method after SFT: grpo or rloo.")] = "grpo",
-         rl_steps: Annotated[int, typer.Option(min=0, help="RL steps after SFT (0: no RL stage).")] = 60,
+         rl_steps: Annotated[int, typer.Option(min=0, help="RL steps after SFT (0: no RL stage).")] = 40,
          rl_batch: Annotated[int, typer.Option(min=2, help="Completions per RL step.")] = 16,
          generations: Annotated[int, typer.Option(min=2, help="Completions per prompt (G).")] = 4,
          temperature: Annotated[float, typer.Option(min=0.05, help="RL sampling temperature.")] = 0.7,
