@@ -146,3 +146,34 @@ def test_two_process_ddp_on_smollm2_with_lora(tmp_path, smollm2_converted, metho
     logged = [m["step"] for m in records(out / "metrics.jsonl") if "loss" in m or "reward" in m]
     assert sorted(logged) == [1, 2], "each step logged once, by the main process"
     assert (r.stdout + r.stderr).count("done: ") == 1
+
+
+def _logits(path, ids):
+    from rlft.models import load_for_inference
+
+    with torch.no_grad():
+        return load_for_inference(str(path))(input_ids=ids).logits
+
+
+def test_a_lora_stage_on_a_lora_stage_keeps_the_first_on_smollm2(cli, tmp_path):
+    """SFT (LoRA) -> GRPO (LoRA, lr 0: the second adapter is the identity) on the real model: the second run
+    loads, and merges, to exactly the first stage's logits; before the fix it loaded on the bare base."""
+    sft_rows = [{"prompt": [{"role": "user", "content": q}], "completion": [{"role": "assistant", "content": a}]}
+                for q, a in QUESTIONS]
+    sft = tmp_path / "sft"
+    r = cli("sft", "--model", "smollm2", "--lora", "--data", write_jsonl(tmp_path / "s.jsonl", sft_rows),
+            "--max-steps", "3", "--batch-size", "4", "--lr", "1e-3", "-o", sft, *SHORT[:4])
+    assert r.code == 0, r.text[-2000:]
+    prompts = write_jsonl(tmp_path / "p.jsonl", [{"prompt": [{"role": "user", "content": q}], "answer": a}
+                                                 for q, a in QUESTIONS])
+    grpo = tmp_path / "grpo"
+    r = cli("grpo", "--model", sft, "--lora", "--prompts", prompts, "--verifier", "math", "--max-steps", "1",
+            "--batch-size", "4", "--num-generations", "4", "--no-preflight", "--lr", "0", "-o", grpo,
+            "--set", "grpo.max_completion_length=8", *SHORT)
+    assert r.code == 0, r.text[-2000:]
+    ids = torch.tensor([[1, 9690, 198, 2683, 314, 253, 1789, 2]])
+    want = _logits(sft, ids)
+    assert (want - _logits("smollm2", ids)).abs().max() > 1e-2  # the first stage changed the model
+    assert torch.allclose(_logits(grpo, ids), want, atol=1e-4)
+    assert cli("merge", grpo, "-o", tmp_path / "merged").code == 0
+    assert torch.allclose(_logits(tmp_path / "merged", ids), want, atol=1e-4)
