@@ -250,13 +250,25 @@ def fix_cpu_4bit(model) -> int:
 
 
 def _fp32_trainable(model) -> None:
-    """Keep every trainable weight in fp32 over a bf16/fp16 base (peft casts the adapter itself; a score
-    head trained beside it, `modules_to_save`, would otherwise train in the base's dtype)."""
+    """Keep every trainable weight in fp32 over a bf16/fp16 base. peft casts the adapter (and its input)
+    itself; a module trained whole beside it (`modules_to_save`: a reward model's score head) gets its weights
+    in fp32 and its inputs cast to fp32 on the way in, so its matmul and its Adam update are exact fp32."""
     import torch
 
-    for p in model.parameters():
-        if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16):
-            p.data = p.data.float()
+    def to_fp32(module, args):
+        return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+    for name, module in model.named_modules():
+        own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+        if not own or "lora_" in name:
+            if own:
+                for p in own:
+                    p.data = p.data.float()
+            continue
+        if any(p.dtype in (torch.bfloat16, torch.float16) for p in own):
+            for p in own:
+                p.data = p.data.float()
+            module.register_forward_pre_hook(to_fp32)
 
 
 def _cpu_bf16(dtype) -> bool:

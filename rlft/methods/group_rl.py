@@ -81,6 +81,9 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
     from rlft.chat_templates import stop_token_ids
 
     model.generation_config.eos_token_id = stop_token_ids(tok, model)
+    from rlft.sampling import attach
+
+    attach(model, console)  # the pre-flight samples the way training will (LoRA on the CPU: a merged copy)
     result = None
     if sec["preflight"] or sec["filter_prompts"]:
         import torch
