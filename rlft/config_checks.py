@@ -33,22 +33,29 @@ def _problems(method: str, values: dict[str, Any]) -> list[str]:
     seed = values.get("train.seed")
     if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:
         problems.append(f"train.seed = {seed}: must be between 0 and 2**32 - 1 (numpy's seed range)")
-    if method == "grpo":
-        problems += _grpo_batch_problems(values)
+    if method in ("grpo", "rloo"):
+        problems += _grpo_batch_problems(values, method)
+    if method in ("rloo", "distill") and values.get(f"{method}.temperature") == 0:
+        problems.append(f"{method}.temperature = 0: {method} samples its rollouts, and temperature 0 is greedy "
+                        "decoding (every sample the same, or a division by zero): use a temperature > 0, e.g. 1.0")
+    if method == "kto" and values.get("kto.desirable_weight") == 0 and values.get("kto.undesirable_weight") == 0:
+        problems.append("kto.desirable_weight = 0 and kto.undesirable_weight = 0: every loss term is weighted 0, "
+                        "the model would learn nothing: keep at least one weight > 0")
     return problems
 
 
-def _grpo_batch_problems(values: dict[str, Any]) -> list[str]:
-    """TRL's GRPOTrainer samples a generation batch of prompts x G completions: the completions per step
-    (batch size x accumulation x processes, or grpo.generation_batch_size) must split into whole groups of G."""
-    g = values.get("grpo.num_generations")
+def _grpo_batch_problems(values: dict[str, Any], method: str = "grpo") -> list[str]:
+    """TRL's GRPOTrainer (and RLOOTrainer) samples a generation batch of prompts x G completions: the
+    completions per step (batch size x accumulation x processes, or the section's generation_batch_size) must
+    split into whole groups of G."""
+    g = values.get(f"{method}.num_generations")
     batch, accum = values.get("train.per_device_train_batch_size"), values.get("train.gradient_accumulation_steps")
     if not all(isinstance(v, int) for v in (g, batch, accum)):
         return []
     world = int(os.environ.get("WORLD_SIZE") or 1)
-    gen_batch = values.get("grpo.generation_batch_size") or batch * accum * world
+    gen_batch = values.get(f"{method}.generation_batch_size") or batch * accum * world
     if isinstance(gen_batch, int) and gen_batch % g:
-        return [f"grpo.num_generations = {g} does not divide the {gen_batch} completions per generation batch "
+        return [f"{method}.num_generations = {g} does not divide the {gen_batch} completions per generation batch "
                 f"(per_device_train_batch_size {batch} x gradient_accumulation_steps {accum} x {world} processes): "
                 f"set --batch-size to a multiple of {g}, or --num-generations to a divisor of {gen_batch}"]
     return []
