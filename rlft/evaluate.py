@@ -3,7 +3,7 @@
 Prompts are rendered the way the trainers render them: a string prompt is used as is (TRL's
 non-conversational format; `rlft.data.wrap_as_chat` makes it a user message), a message list goes through the
 tokenizer's chat template with the generation prompt added. Generation stops at eos or the template's
-end-of-turn token (rlft.chat.stop_token_ids); completions are decoded without special tokens. Scoring is
+end-of-turn token (rlft.chat_templates.stop_token_ids); completions are decoded without special tokens. Scoring is
 exact match against `answer` unless a scorer (a verifier) is given.
 """
 
@@ -30,7 +30,7 @@ def generate_detailed(model, tok, prompts: Sequence[Any], *, max_new_tokens: int
     """Like `generate`, with each completion paired with whether it ended (emitted a stop token) in budget."""
     import torch
 
-    from rlft.chat import stop_token_ids
+    from rlft.chat_templates import stop_token_ids
 
     texts = [render_prompt(tok, p) for p in prompts]
     stops = stop_token_ids(tok, model)  # eos and the chat template's end-of-turn token
@@ -110,3 +110,18 @@ def evaluate_rows(model, tok, rows: list[dict], scorer: Callable = exact_match, 
         result.sampled_pass_rate = sum(r >= 1.0 for r in sampled) / max(len(sampled), 1)
         result.k = samples
     return result
+
+
+def heldout_pass_at_1(model: str, heldout: str, verifier: str = "math", max_new_tokens: int = 8) -> float:
+    """Greedy pass@1 of `model` on `heldout`, scored by `verifier` (a registered name or file.py:function)."""
+    from rlft.data import read_rows
+    from rlft.models import load_for_inference, load_tokenizer
+    from rlft.quiet import quiet_libraries
+    from rlft.verifiers.loading import load_verifiers
+
+    quiet_libraries()
+    scorer, _ = load_verifiers([verifier])
+    tok = load_tokenizer(model)
+    net = load_for_inference(model)
+    return evaluate_rows(net, tok, [r.data for r in read_rows(heldout)], scorer=scorer,
+                         max_new_tokens=max_new_tokens).pass_at_1

@@ -104,10 +104,10 @@ def tracker_names(report_to: Any) -> list[str]:
     for name in names:
         package = TRACKER_PACKAGES.get(name)
         if package is None and name != "all":
-            from rlft.config import _did_you_mean
+            from rlft.config_checks import did_you_mean
 
             raise UserError(f"train.report_to={name} is not a tracker transformers knows"
-                            f"{_did_you_mean(name, TRACKER_PACKAGES)}",
+                            f"{did_you_mean(name, TRACKER_PACKAGES)}",
                             f"use one of {', '.join(TRACKER_PACKAGES)}, or none")
         if package and importlib.util.find_spec(package) is None:
             raise UserError(f"train.report_to={name} needs the {package} package, which is not installed",
@@ -328,8 +328,8 @@ def load_run_tokenizer(cfg: RunConfig):
 
 
 def note_plain_prompts(cfg: RunConfig, rows, console: Console) -> None:
-    """Say so before training when plain-string prompts meet a model with a chat template (rlft.chat)."""
-    from rlft.chat import has_plain_prompts, plain_prompt_note
+    """Say so before training when plain-string prompts meet a model with a chat template (rlft.chat_templates)."""
+    from rlft.chat_templates import has_plain_prompts, plain_prompt_note
 
     as_chat = cfg.data.get("as_chat")
     if not as_chat and not has_plain_prompts(rows):
