@@ -157,7 +157,7 @@ def load_source(source: str):
 def check_output_file(source: str, out: Path, overwrite: bool) -> None:
     """--gguf is a new file (or, with --overwrite, a file) in an existing folder, outside the source and every
     model it refers to (rlft.outputs)."""
-    from rlft.outputs import check_output, kind_of, model_refs
+    from rlft.outputs import check_output, kind_of, refs_as_inputs
 
     if out.is_dir():
         raise UserError(f"--gguf '{out}' is a folder", "pass a file path such as model.gguf")
@@ -165,8 +165,8 @@ def check_output_file(source: str, out: Path, overwrite: bool) -> None:
         raise UserError(f"--gguf '{out}' is {kind_of(out)}", "pass a regular file path such as model.gguf")
     if not out.parent.is_dir():
         raise UserError(f"folder '{out.parent}' does not exist", "create it first")
-    check_output(out, {f"source{'' if i == 0 else ' (refers to)'}": p for i, p in enumerate(model_refs(source))},
-                 "--gguf", "write the GGUF outside the source folder and the models it refers to")
+    check_output(out, refs_as_inputs(source, "source"), "--gguf",
+                 "write the GGUF outside the source folder and the models it refers to")
     if out.exists() and not overwrite:
         raise UserError(f"'{out}' exists", "pass --overwrite to replace it, or choose another path")
 

@@ -27,10 +27,10 @@ def check_merge(run: str | Path, out: str | Path, dtype: str, overwrite: bool = 
         what = "a full fine-tune (already a plain model folder)" if (run / "config.json").exists() else "not a run"
         raise UserError(f"'{run}' has no LoRA adapter to merge: it is {what}",
                         "merge a run trained with --lora (its folder holds adapter_config.json)")
-    from rlft.outputs import check_output, model_refs
+    from rlft.outputs import check_output, refs_as_inputs
 
-    check_output(out, {f"model{'' if i == 0 else ' (refers to)'}": p for i, p in enumerate(model_refs(run))},
-                 "-o", "choose an -o DIR outside the run and the models it refers to")
+    check_output(out, refs_as_inputs(run, "model"), "-o",
+                 "choose an -o DIR outside the run and the models it refers to")
     if out.exists() and not out.is_dir():
         raise UserError(f"-o '{out}' is a file, not a folder", "choose a folder path for -o")
     if out.exists() and any(out.iterdir()):

@@ -44,6 +44,15 @@ def model_refs(name_or_path: str | Path, depth: int = 0) -> list[Path]:
     return found
 
 
+def refs_as_inputs(name_or_path: str | Path, label: str) -> dict[str, Path]:
+    """{label: the model, "label (refers to)": each model it refers to} for `check_output`."""
+    found: dict[str, Path] = {}
+    for i, path in enumerate(model_refs(name_or_path)):
+        key = label if i == 0 else f"{label} (refers to)"
+        found[key if key not in found else f"{key}[{path}]"] = path
+    return found
+
+
 def input_paths(cfg) -> dict[str, Path]:
     """{config key: path} for every config value that names an existing file or folder (the run's inputs),
     and every model folder those refer to (`model_refs`)."""

@@ -76,10 +76,15 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     config = _read_doc(run_dir / "config.yaml", yaml.safe_load, {})
     return {"dir": run_dir, "summary": summary, "config": config or {},
             "history": read_jsonl(run_dir / "metrics.jsonl"),
-            "alarms": [a for a in read_jsonl(run_dir / "alarms.jsonl")  # damaged records are skipped
-                       if isinstance(a.get("name"), str) and isinstance(a.get("step", 0), (int, float))],
+            "alarms": [a for a in read_jsonl(run_dir / "alarms.jsonl") if _is_alarm(a)],  # damaged ones skipped
             "samples": read_jsonl(run_dir / "samples.jsonl"),
             "preflight": _read_doc(run_dir / "preflight.json", json.loads, None)}
+
+
+def _is_alarm(record: dict) -> bool:
+    """An alarm record as rlft.alarms writes it (name, step, message, fix)."""
+    return (isinstance(record.get("name"), str) and isinstance(record.get("step"), (int, float))
+            and not isinstance(record.get("step"), bool) and all(k in record for k in ("message", "fix")))
 
 
 def _read_doc(path: Path, parse, default):
