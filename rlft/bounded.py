@@ -82,7 +82,11 @@ def load_yaml(text: str, loader_cls, where: str) -> Any:
     """`yaml.load(text, loader_cls)` with alias expansion and depth capped (refused with one line)."""
     loader = loader_cls(text)
     try:
-        node = loader.get_single_node()
+        try:
+            node = loader.get_single_node()
+        except RecursionError:  # PyYAML composes recursively: deeper than Python's stack
+            raise UserError(f"{where}: YAML nested deeper than {MAX_DEPTH} levels",
+                            "flatten the value (a recipe needs a few levels: section, key, list)") from None
         if node is not None:
             _check_nodes(node, where)
             return loader.construct_document(node)

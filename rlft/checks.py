@@ -71,7 +71,12 @@ def probe_model(name_or_path: str, revision: str | None = None, trust_remote_cod
     from rlft.model_probe import check_folder, load_problem, read_config
     from rlft.models import adapter_base, resolve_model_path
 
-    path = Path(resolve_model_path(name_or_path))
+    try:
+        path = Path(resolve_model_path(name_or_path))
+    except UserError as exc:  # name the flag when it is not --model (resolve_model_path says "model")
+        if flag == "--model" or exc.message.startswith(flag):
+            raise
+        raise UserError(f"{flag}: {exc.message}", exc.fix) from exc
     if path.is_dir():
         if (path / "adapter_config.json").exists():
             adapter = read_config(path / "adapter_config.json", name_or_path, flag, need_type=False)
