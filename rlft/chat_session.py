@@ -133,26 +133,19 @@ def load_chat(source: str, fmt: str = "auto", max_new_tokens: int = 256, tempera
     """Load a model, run folder (adapters merged into their base) or built-in for chatting."""
     if temperature < 0:
         raise UserError(f"--temperature {temperature} is negative", "use 0 for greedy decoding, or a value > 0")
-    from rlft.checks import check_language_model, probe_model
+    from rlft.checks import check_budget, check_language_model, probe_model
     from rlft.models import load_for_inference, load_tokenizer
 
     config = probe_model(source, flag="model")  # reads no weights
     check_language_model(source, config, "model")
     if not isinstance(config, dict):  # a model folder: its positions are known before any weight loads
-        check_budget(source, max_new_tokens, getattr(config, "max_position_embeddings", None))
+        check_budget(source, max_new_tokens, config)
     tok = load_tokenizer(source)
     chosen = pick_format(source, tok, fmt)
     model = load_for_inference(source)
-    check_budget(source, max_new_tokens, getattr(model.config, "max_position_embeddings", None))
+    check_budget(source, max_new_tokens, model.config)
     return Chat(model, tok, chosen, max_new_tokens, temperature, system)
 
-
-def check_budget(source: str, max_new_tokens: int, positions: int | None) -> None:
-    """An answer cannot be longer than the model's positions (a budget beyond them would run for hours)."""
-    if positions and max_new_tokens >= positions:
-        raise UserError(f"--max-new-tokens {max_new_tokens} is beyond what '{source}' can attend to "
-                        f"({positions} positions, prompt included)",
-                        f"pass --max-new-tokens below {positions}, e.g. {min(256, positions // 2)}")
 
 
 def read_message(lines, prompt, err: TextIO) -> str | None:

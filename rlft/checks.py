@@ -101,6 +101,14 @@ def check_models(cfg) -> None:
                          "--model")
     if cfg.method != "reward":  # `rlft reward` puts a new score head on a language model
         check_language_model(model["name_or_path"], config, "--model")
+    positions = None if isinstance(config, dict) else getattr(config, "max_position_embeddings", None)
+    for section_name in (cfg.method, "watch"):  # every generation budget within the model's positions
+        for field, value in (cfg.values.get(section_name) or {}).items():
+            budget = field.endswith(("max_new_tokens", "max_completion_length"))
+            if budget and positions and isinstance(value, int) and value >= positions:
+                raise UserError(f"{section_name}.{field} = {value} is beyond what the model can attend to "
+                                f"({positions} positions, prompt included)",
+                                f"set {section_name}.{field} below {positions}")
     section = cfg.values.get(cfg.method, {})
     for key, flag in LANGUAGE_MODEL_KEYS.items():
         name, _, field = key.partition(".")
@@ -133,6 +141,16 @@ def check_language_model(name: str, config, flag: str = "--model") -> None:
         raise UserError(f"{flag} '{name}' is a reward model (a score head), not a language model: it cannot "
                         "generate text", "pass a language model (a base model or an sft/dpo/grpo/... run); a "
                         "reward model goes to --reward-model")
+
+
+def check_budget(name: str, max_new_tokens: int, config) -> None:
+    """A generation budget within the model's positions (a budget beyond them would run for hours, then fail);
+    `config` a transformers config (an adapter's dict: unknown until its base loads, so not checked)."""
+    positions = None if isinstance(config, dict) else getattr(config, "max_position_embeddings", None)
+    if positions and max_new_tokens >= positions:
+        raise UserError(f"--max-new-tokens {max_new_tokens} is beyond what '{name}' can attend to "
+                        f"({positions} positions, prompt included)",
+                        f"pass --max-new-tokens below {positions}, e.g. {min(256, positions // 2)}")
 
 
 def check_reward_model(name: str, config) -> None:

@@ -230,3 +230,16 @@ def test_an_unexpanded_variable_in_a_recipe_path_is_refused(cli, tmp_path, monke
     recipe.write_text("train:\n  output_dir: $RUNS/sft\n")
     refused(cli("sft", "--recipe", recipe, "--data", SFT_DATA), "r.yaml:2", "$RUNS", "does not expand")
     assert not (tmp_path / "$RUNS").exists()
+
+
+def test_every_generation_budget_is_bounded_by_the_model(cli, tmp_path, model):
+    out = tmp_path / "out"
+    refused(timed(cli, "grpo", "--prompts", PROMPTS, "-o", out, "--set", "grpo.max_completion_length=1000000",
+                  limit=30), "grpo.max_completion_length", "positions")
+    refused(timed(cli, "eval", "-m", "tiny", "--data", DATA / "arith/test.jsonl", "--max-new-tokens", "1000000",
+                  limit=30), "positions")
+    rm = reward_model(tmp_path, model)
+    refused(cli("eval", "-m", rm, "--data", DATA / "arith/test.jsonl"), "reward model")
+    long_data = tmp_path / ("d" * 300 + ".jsonl")
+    refused(cli("sft", "--data", long_data, "-o", out), "too long")
+    assert not out.exists()
