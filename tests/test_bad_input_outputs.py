@@ -270,3 +270,10 @@ def test_resume_with_another_teacher_or_verifier_is_refused(cli, tmp_path, model
             "--resume")
     refused(r, "different verifiers")
     assert hashes(run) == before
+
+
+def test_a_run_never_writes_into_or_over_the_rlft_cache(cli, tmp_path, rlft_cache):
+    before = hashes(rlft_cache)
+    for out in (rlft_cache / "run", rlft_cache):
+        refused(cli("sft", "--data", SFT_DATA, "-o", out, "--overwrite", "--max-steps", "1"), "rlft cache")
+    assert hashes(rlft_cache) == before
