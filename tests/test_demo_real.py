@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import DATA
+from helpers import DATA
 
 from rlft.verifiers.math import math_reward
 from scripts.demo_real import INSTRUCTION, chat_rows, main
