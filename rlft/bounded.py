@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,23 @@ CSV_FIELD_LIMIT = 64 * 2**20  # characters in one CSV cell
 HEAD = 64 * 2**10  # bytes read to tell text from binary
 
 
+def kind_of(path: Path) -> str | None:
+    """'a named pipe', 'a device', 'a socket' for what is not a file, folder or link to one; else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return None
+
+
 def check_text_file(p: Path, name: str, what: str = "data file", binary_ok: bool = False) -> None:
     """A regular file, not mostly holes, and (unless `binary_ok`) without NUL bytes in its first block."""
-    from rlft.outputs import kind_of
-
     if kind_of(p):
         raise UserError(f"{what} '{name}' is {kind_of(p)}, not a regular file",
                         "pass a .jsonl, .json, .csv or .parquet file")

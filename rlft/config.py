@@ -119,7 +119,7 @@ def recipe_layer(path: str | Path) -> tuple[Layer, str | None]:
     """Read a YAML recipe into a layer; returns (layer, the recipe's `method:` if it names one)."""
     p = Path(path).expanduser()
     if not p.is_file():
-        from rlft.outputs import kind_of
+        from rlft.bounded import kind_of
 
         what = ("is a folder, not a YAML file" if p.is_dir() else f"is {kind_of(p)}, not a YAML file"
                 if kind_of(p) else "does not exist")

@@ -157,7 +157,8 @@ def load_source(source: str):
 def check_output_file(source: str, out: Path, overwrite: bool) -> None:
     """--gguf is a new file (or, with --overwrite, a file) in an existing folder, outside the source and every
     model it refers to (rlft.outputs)."""
-    from rlft.outputs import check_output, kind_of, refs_as_inputs
+    from rlft.bounded import kind_of
+    from rlft.outputs import check_output, refs_as_inputs
 
     if out.is_dir():
         raise UserError(f"--gguf '{out}' is a folder", "pass a file path such as model.gguf")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -116,21 +115,6 @@ def check_writable(out: Path, flag: str = "output_dir") -> None:
         how = "is not writable" if where == real else f"cannot be created in '{where}'"
         raise UserError(f"{flag} '{out}' {how} ({exc.strerror or exc})",
                         f"choose another {flag} in a writable folder with free space") from exc
-
-
-def kind_of(path: Path) -> str | None:
-    """'a named pipe', 'a device', 'a socket' for what is not a file, folder or link to one; else None."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return None
 
 
 def write_problem(out: Path, exc: OSError, flag: str = "output") -> UserError:

@@ -206,7 +206,7 @@ def read_jsonl(path: Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    from rlft.outputs import kind_of
+    from rlft.bounded import kind_of
 
     if kind_of(path) or path.is_dir():
         raise UserError(f"{path} is {kind_of(path) or 'a folder'}, not a file",

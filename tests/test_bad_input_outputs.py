@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import DATA, ROOT, write_jsonl
-from tests.test_bad_input import _SLOW_STEP, SFT_DATA, refused
+from helpers import DATA, ROOT, write_jsonl
+from test_bad_input import _SLOW_STEP, SFT_DATA, refused
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"
 

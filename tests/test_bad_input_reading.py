@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import DATA, ROOT, write_jsonl
-from tests.test_bad_input import SFT_DATA, refused
+from helpers import DATA, ROOT, write_jsonl
+from test_bad_input import SFT_DATA, refused
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"
 THUMBS = [{"prompt": f"{i}+1=", "completion": str(i + 1), "label": i % 2 == 0} for i in range(8)]

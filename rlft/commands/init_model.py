@@ -17,7 +17,8 @@ def init_model(
     overwrite: Overwrite = False,
 ) -> None:
     """Build the tiny character-level Llama (~0.5M parameters) locally and save it with its tokenizer."""
-    from rlft.outputs import check_output, kind_of, staged
+    from rlft.bounded import kind_of
+    from rlft.outputs import check_output, staged
 
     if out.exists() and not out.is_dir():
         raise UserError(f"--out '{out}' is {kind_of(out) or 'a file'}, not a folder", "choose a folder path for --out")

@@ -77,7 +77,7 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
     if path.is_dir():
         raise UserError(f"data file '{path}' is a folder", "pass the .jsonl file inside it")
     if not path.is_file():
-        from rlft.outputs import kind_of
+        from rlft.bounded import kind_of
 
         raise UserError(f"data file '{path}' {f'is {kind_of(path)}, not a file' if kind_of(path) else 'not found'}",
                         "check the path")
