@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -47,7 +48,7 @@ def check_text_file(p: Path, name: str, what: str = "data file", binary_ok: bool
         raise UserError(f"{what} '{name}' is {kind_of(p)}, not a regular file",
                         "pass a .jsonl, .json, .csv or .parquet file")
     st = p.stat()
-    if st.st_size > 2**20 and st.st_blocks * 512 < st.st_size // 8:  # under 1/8 of it is on disk
+    if st.st_size > 2**20 and st.st_blocks * 512 < st.st_size // 8 and _data_bytes(p) < st.st_size // 8:
         raise UserError(f"{what} '{name}' is a sparse file ({st.st_size:,} bytes, {st.st_blocks * 512:,} on "
                         "disk): mostly holes that read as NUL bytes", "pass the real data file")
     if binary_ok:
@@ -60,8 +61,30 @@ def check_text_file(p: Path, name: str, what: str = "data file", binary_ok: bool
                         "check its permissions (chmod +r) and that it is a plain file") from exc
     if b"\0" in head:
         line = head[: head.index(b"\0")].count(b"\n") + 1
-        raise UserError(f"{what} '{name}' is binary, not text (a NUL byte on line {line})",
+        utf16 = head[:2] in (b"\xff\xfe", b"\xfe\xff")
+        raise UserError(f"{what} '{name}' is {'UTF-16' if utf16 else 'binary'}, not UTF-8 text (a NUL byte on "
+                        f"line {line})", "re-encode it as UTF-8 (iconv -t UTF-8)" if utf16 else
                         "pass a UTF-8 .jsonl, .json or .csv file (or a .parquet file)")
+
+
+def _data_bytes(p: Path) -> int:
+    """Bytes of `p` that are data, not holes (SEEK_DATA/SEEK_HOLE): a compressed file system also reports few
+    blocks on disk, but has no holes. Where the file system cannot tell, the whole size."""
+    try:
+        fd = os.open(p, os.O_RDONLY)
+    except OSError:
+        return p.stat().st_size
+    try:
+        total, offset, size = 0, 0, os.fstat(fd).st_size
+        while offset < size:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+            offset = os.lseek(fd, start, os.SEEK_HOLE)
+            total += offset - start
+        return total
+    except OSError as exc:  # ENXIO: no data after offset; others: cannot tell
+        return total if exc.errno == errno.ENXIO else size
+    finally:
+        os.close(fd)
 
 
 def depth(value: Any, limit: int = MAX_DEPTH) -> int:

@@ -103,6 +103,9 @@ def test_a_sparse_or_binary_file_is_refused_before_it_is_read(cli, tmp_path):
     binary = tmp_path / "model.jsonl"
     binary.write_bytes(b'{"prompt": "1+1=", "completion": "2"}\n\x00\x01\x02')
     refused(cli("sft", "--data", binary, "-o", out), "binary", "line 2")
+    utf16 = tmp_path / "utf16.jsonl"
+    utf16.write_text('{"prompt": "1+1=", "completion": "2"}\n', encoding="utf-16")
+    refused(cli("sft", "--data", utf16, "-o", out), "UTF-16", "not UTF-8")
     assert not out.exists()
 
 
