@@ -20,6 +20,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from rlft.errors import UserError
@@ -35,8 +36,18 @@ _CONVERT_VERSION = 1
 def cache_dir() -> Path:
     """Where built and converted models live: $RLFT_CACHE, else ~/.cache/rlft."""
     path = Path(os.environ.get("RLFT_CACHE") or Path.home() / ".cache" / "rlft")
-    if os.environ.get("RLFT_CACHE") and os.path.lexists(path) and not path.is_dir():
-        raise UserError(f"RLFT_CACHE '{path}' is not a folder", "point RLFT_CACHE at a writable folder, or unset it")
+    if not os.environ.get("RLFT_CACHE") or path.is_dir():
+        return path
+    fix = "point RLFT_CACHE at a writable folder, or unset it"
+    if os.path.lexists(path):
+        raise UserError(f"RLFT_CACHE '{path}' is not a folder", fix)
+    ancestor = path.parent
+    while not os.path.lexists(ancestor):
+        ancestor = ancestor.parent
+    try:  # can it be made there? (a probe folder, removed at once)
+        os.rmdir(tempfile.mkdtemp(prefix=".rlft-probe-", dir=ancestor))
+    except OSError as exc:
+        raise UserError(f"RLFT_CACHE '{path}' cannot be created in '{ancestor}' ({exc.strerror or exc})", fix) from exc
     return path
 
 

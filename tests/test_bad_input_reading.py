@@ -137,6 +137,8 @@ def test_an_unusable_rlft_cache_and_an_overlong_path_are_one_line(cli, tmp_path,
     cache.write_text("not a folder")
     monkeypatch.setenv("RLFT_CACHE", str(cache))
     refused(cli("sft", "--model", "tiny", "--data", SFT_DATA, "-o", tmp_path / "o"), "RLFT_CACHE")
+    monkeypatch.setenv("RLFT_CACHE", "/proc/rlft-cache")
+    refused(cli("sft", "--model", "tiny", "--data", SFT_DATA, "-o", tmp_path / "o"), "RLFT_CACHE", "cannot be created")
     assert not (tmp_path / "o").exists()
 
 
@@ -162,6 +164,10 @@ def test_each_model_is_checked_for_its_role_before_the_run_folder(cli, tmp_path,
     refused(cli("sft", "--model", rm, "--data", SFT_DATA, "-o", out), "--model", "reward model")
     refused(cli("chat", rm, "--prompt", "hi"), "reward model")
     refused(cli("export", rm, "--gguf", tmp_path / "rm.gguf"), "reward model")
+    weights = rm / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a download cut in half
+    refused(cli("rloo", "--prompts", PROMPTS, "--model", model, "--reward-model", rm, "-o", out),
+            "--reward-model", "truncated")
     assert not out.exists() and not (tmp_path / "rm.gguf").exists()
 
 
