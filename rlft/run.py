@@ -5,6 +5,9 @@ Layout of `output_dir`:
   versions.json    library versions and the device
   metrics.jsonl    one JSON object per logging step (`step` plus the trainer's keys, e.g. `loss`)
   summary.json     status (running / completed / interrupted / failed), steps, final metrics, timings
+  fingerprint.json what defines the run (method, models, LoRA, verifiers, data and its content hash): --resume
+                   refuses any difference (rlft.run_guard)
+  .rlft.lock       while a process trains here: its PID, held with flock (removed when the run ends)
   checkpoint-N/    trainer checkpoints (what --resume continues from)
   the final model  weights + tokenizer, loadable with plain transformers (or a peft adapter)
 """
