@@ -83,7 +83,7 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
                         "check the path")
     if path.suffix.lower() != ".jsonl":
         raise UserError(f"{path}: `rlft verify` reads .jsonl files only", "convert the file to JSON lines")
-    from rlft.bounded import check_text_file
+    from rlft.bounded import check_text_file, json_depth_problem
 
     check_text_file(path, str(path))  # a sparse or binary file, before reading it
     rows, problems = [], []
@@ -91,6 +91,9 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
         try:
             for number, line in enumerate(f, 1):
                 if not line.strip():
+                    continue
+                if deep := json_depth_problem(line):
+                    problems.append(row_problem(str(path), number, None, deep))
                     continue
                 try:
                     value = json.loads(line)
