@@ -91,7 +91,15 @@ class Chat:
 
         prompt = self.render(text)
         batch = self.tok(prompt, return_tensors="pt", add_special_tokens=False).to(self.model.device)
-        kwargs: dict[str, Any] = dict(max_new_tokens=self.max_new_tokens, pad_token_id=self.tok.pad_token_id,
+        budget = self.max_new_tokens
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        if positions:  # the answer stops where the model's positions end, whatever the budget
+            used = batch["input_ids"].shape[1]
+            if used >= positions:
+                raise UserError(f"the conversation ({used} tokens) fills the model's {positions} positions",
+                                "/reset the history, or send a shorter message")
+            budget = min(budget, positions - used)
+        kwargs: dict[str, Any] = dict(max_new_tokens=budget, pad_token_id=self.tok.pad_token_id,
                                       eos_token_id=stop_token_ids(self.tok, self.model),  # eos + end of turn
                                       do_sample=self.temperature > 0)
         if self.temperature > 0:
@@ -125,11 +133,19 @@ def load_chat(source: str, fmt: str = "auto", max_new_tokens: int = 256, tempera
     """Load a model, run folder (adapters merged into their base) or built-in for chatting."""
     if temperature < 0:
         raise UserError(f"--temperature {temperature} is negative", "use 0 for greedy decoding, or a value > 0")
+    from rlft.checks import check_budget, check_language_model, probe_model
     from rlft.models import load_for_inference, load_tokenizer
 
+    config = probe_model(source, flag="model")  # reads no weights
+    check_language_model(source, config, "model")
+    if not isinstance(config, dict):  # a model folder: its positions are known before any weight loads
+        check_budget(source, max_new_tokens, config)
     tok = load_tokenizer(source)
     chosen = pick_format(source, tok, fmt)
-    return Chat(load_for_inference(source), tok, chosen, max_new_tokens, temperature, system)
+    model = load_for_inference(source)
+    check_budget(source, max_new_tokens, model.config)
+    return Chat(model, tok, chosen, max_new_tokens, temperature, system)
+
 
 
 def read_message(lines, prompt, err: TextIO) -> str | None:

@@ -13,6 +13,7 @@ and the fix and exits with code 2. `--debug` (or RLFT_DEBUG=1) shows the traceba
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -96,7 +97,7 @@ app.add_typer(data.data_app, name="data", help="Inspect data files: lint.")
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the app, turning user errors into one line and exit code 2."""
     debug = os.environ.get("RLFT_DEBUG") == "1" or "--debug" in (argv if argv is not None else sys.argv[1:])
-    previous = _on_sigterm()
+    previous = _on_signals()
     try:
         app(args=argv, prog_name="rlft")
     except UserError as exc:
@@ -108,35 +109,57 @@ def main(argv: list[str] | None = None) -> None:
         if exc.fix:
             err_console.print(f"  [bold]fix:[/] {escape(exc.fix)}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
-    except Terminated:
-        err_console.print("terminated (SIGTERM) outside a training step: no checkpoint saved by it",
-                          highlight=False)
-        sys.exit(143)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        sys.exit(130)
-    except Exception as exc:  # an rlft bug or a library failure: say so in one line
-        if debug:
-            raise
+    except (Terminated, KeyboardInterrupt) as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        name = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (SIGINT)"
+        err_console.print(f"{name} outside a training step: no checkpoint saved by it", highlight=False)
+        sys.exit(128 + signum)
+    except OSError as exc:  # a full or read-only disk, a name too long, ...: the user's to fix
+        if debug or exc.errno not in DISK_ERRORS:
+            _crash(exc, debug)
         from rich.markup import escape
 
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {escape(first)}", highlight=False, soft_wrap=True)
-        err_console.print("  [bold]fix:[/] rerun with --debug for the traceback", highlight=False)
-        sys.exit(1)
+        err_console.print(f"[bold red]error:[/] {escape(exc.strerror or str(exc))}"
+                          f"{escape(f': {exc.filename}') if exc.filename else ''}", highlight=False, soft_wrap=True)
+        err_console.print(f"  [bold]fix:[/] {DISK_ERRORS[exc.errno]}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except Exception as exc:  # an rlft bug or a library failure: say so in one line
+        _crash(exc, debug)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in (previous or {}).items():
+            signal.signal(signum, handler)
 
 
-def _on_sigterm():
-    """Turn SIGTERM into rlft.errors.Terminated (the trainer installs its own checkpointing handler while it
-    trains); returns the previous handler, or None off the main thread where handlers cannot be set."""
+# OSErrors that are the machine's state, not rlft's bug, with their fix.
+DISK_ERRORS = {
+    errno.ENOSPC: "free some disk space (or choose an output on another disk), then run it again",
+    errno.EDQUOT: "free some of your disk quota, then run it again",
+    errno.EROFS: "choose an output on a writable file system",
+    errno.EACCES: "check the permissions of that path, or choose another",
+    errno.ENAMETOOLONG: "choose a shorter path (255 bytes a name, 4095 a path)",
+}
+
+
+def _crash(exc: BaseException, debug: bool) -> None:
+    """An rlft bug or a library failure: one line, exit 1 (the traceback with --debug)."""
+    if debug:
+        raise exc
+    from rich.markup import escape
+
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {escape(first)}", highlight=False, soft_wrap=True)
+    err_console.print("  [bold]fix:[/] rerun with --debug for the traceback", highlight=False)
+    sys.exit(1)
+
+
+def _on_signals():
+    """Turn SIGTERM and SIGINT into rlft.errors.Terminated (the trainer installs its own checkpointing handler
+    while it trains); returns the previous handlers, or None off the main thread where handlers cannot be set."""
     def _raise(signum, frame):
-        raise Terminated()
+        raise Terminated(signum)
 
     try:
-        return signal.signal(signal.SIGTERM, _raise)
+        return {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT)}
     except ValueError:
         return None
 

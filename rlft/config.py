@@ -100,6 +100,7 @@ class _LineLoader(yaml.SafeLoader):
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict:
     mapping = {}
     lines = {}
+    loader.flatten_mapping(node)  # merge keys (`<<: *defaults`) become the keys they name
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         if key in lines:  # PyYAML keeps the last of two equal keys silently
@@ -118,10 +119,19 @@ def recipe_layer(path: str | Path) -> tuple[Layer, str | None]:
     """Read a YAML recipe into a layer; returns (layer, the recipe's `method:` if it names one)."""
     p = Path(path).expanduser()
     if not p.is_file():
-        what = "is a folder, not a YAML file" if p.is_dir() else "does not exist"
+        from rlft.bounded import kind_of
+
+        what = ("is a folder, not a YAML file" if p.is_dir() else f"is {kind_of(p)}, not a YAML file"
+                if kind_of(p) else "does not exist")
         raise UserError(f"recipe '{path}' {what}", "check the path; shipped recipes are in recipes/")
     try:
-        doc = yaml.load(p.read_text(encoding="utf-8"), Loader=_LineLoader)
+        from rlft.bounded import check_text_file, load_yaml
+
+        check_text_file(p, str(path), "recipe")
+        doc = load_yaml(p.read_text(encoding="utf-8"), _LineLoader, str(path))
+    except OSError as exc:
+        raise UserError(f"recipe '{path}' cannot be read ({exc.strerror or exc})",
+                        "check its permissions (chmod +r)") from exc
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})", "save it as UTF-8") from exc
     except yaml.YAMLError as exc:
@@ -180,8 +190,10 @@ def set_layer(assignments: list[str]) -> Layer:
         key, sep, raw = item.partition("=")
         if not sep or "." not in key:
             raise UserError(f"--set '{item}' is not section.key=value", "write it like --set dpo.beta=0.2")
+        from rlft.bounded import load_yaml
+
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = load_yaml(raw, yaml.SafeLoader, f"--set {key.strip()}") if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
         layer.put(key.strip(), value, f"--set {item}")

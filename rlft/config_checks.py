@@ -52,6 +52,12 @@ def cross_checks(method: str, values: dict[str, Any]) -> list[tuple[str, str]]:
         problems.append(("train.seed", f"train.seed = {seed}: must be between 0 and 2**32 - 1 (numpy's seed range)"))
     if method in ("grpo", "rloo"):
         problems += _group_batch_problems(values, method)
+    if method in ("rloo", "distill") and values.get(f"{method}.temperature") == 0:
+        problems.append((f"{method}.temperature", f"{method}.temperature = 0: {method} samples its rollouts, and "
+                         "temperature 0 is greedy decoding (every sample the same): use a temperature > 0, e.g. 1.0"))
+    if method == "kto" and values.get("kto.desirable_weight") == 0 and values.get("kto.undesirable_weight") == 0:
+        problems.append(("kto.desirable_weight", "kto.desirable_weight = 0 and kto.undesirable_weight = 0: every "
+                         "loss term is weighted 0, the model would learn nothing: keep at least one weight > 0"))
     return problems
 
 

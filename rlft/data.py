@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from rlft.bounded import cell_problems, check_text_file, json_depth_problem, raise_csv_limit
 from rlft.errors import DataError, UserError, row_problem
 
 LOCAL_SUFFIXES = {".jsonl", ".json", ".csv", ".parquet"}
@@ -60,6 +61,7 @@ def read_rows(path: str, fields: dict[str, str] | None = None, split: str = "tra
         if suffix not in LOCAL_SUFFIXES:
             raise UserError(f"{path}: unsupported file type '{suffix or '(none)'}'",
                             "use .jsonl, .json, .csv or .parquet")
+        check_text_file(p, path, binary_ok=suffix == ".parquet")  # before reading it whole
         started, big = time.time(), p.stat().st_size > PROGRESS_BYTES
         if big:
             print(f"reading {path} ({p.stat().st_size / 2**20:.0f} MB)...", file=sys.stderr, flush=True)
@@ -135,6 +137,9 @@ def _read_jsonl(text: str, path: str) -> list[Row]:
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        if deep := json_depth_problem(line):
+            problems.append(row_problem(path, n, None, deep))
+            continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
@@ -150,6 +155,8 @@ def _read_jsonl(text: str, path: str) -> list[Row]:
 
 
 def _read_json(text: str, path: str) -> list[Row]:
+    if deep := json_depth_problem(text):
+        raise DataError([row_problem(path, None, None, deep)], "flatten the rows (a chat row is 4 levels deep)")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -212,16 +219,21 @@ def _object_lines(text: str, depth_of_rows: int = 1) -> list[int]:
 
 
 def _read_csv(text: str, path: str) -> list[Row]:
+    raise_csv_limit()
     reader = csv.DictReader(io.StringIO(text))
     rows = []
-    for obj in reader:
-        rows.append(Row(path, reader.line_num, {k: _maybe_json(v) for k, v in obj.items() if k is not None}))
+    try:
+        for obj in reader:
+            rows.append(Row(path, reader.line_num, {k: _maybe_json(v) for k, v in obj.items() if k is not None}))
+    except csv.Error as exc:
+        raise DataError([row_problem(path, reader.line_num + 1, None, f"unreadable CSV ({exc})")],
+                        "fix the quoting of that line, or use .jsonl") from exc
     return rows
 
 
 def _maybe_json(value: str | None) -> Any:
     """CSV cells holding JSON lists/objects (chat messages, label lists) are decoded; others stay text."""
-    if value and value[:1] in "[{":
+    if value and value[:1] in "[{" and not json_depth_problem(value):
         try:
             return json.loads(value)
         except json.JSONDecodeError:
@@ -391,6 +403,7 @@ def validate_thumbs(rows: list[Row]) -> None:
                 problems.append(row_problem(r.source, r.line, key, why))
         if why := label_problem(r.data.get("label")):
             problems.append(row_problem(r.source, r.line, "label", why))
+    problems += mixed_types(rows, ("prompt", "completion"), text_only=True)
     labels = {label_value(r.data.get("label")) for r in rows}
     if not problems and len(labels) == 1:
         problems.append(row_problem(rows[0].source, None, "label", f"every label is {labels.pop()}: KTO needs "
@@ -402,6 +415,7 @@ def validate_thumbs(rows: list[Row]) -> None:
 def validate_prompts(rows: list[Row]) -> None:
     problems = [row_problem(r.source, r.line, "prompt", why) for r in rows
                 if (why := _text_problem(r.data.get("prompt")))]
+    problems += mixed_types(rows, ("prompt",), text_only=True)
     if problems:
         raise DataError(problems, _FIXES["prompts"])
 
@@ -426,17 +440,18 @@ def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], lis
     kwargs = dict(fields=data_cfg.fields, split=data_cfg.split)
     train = read_many(data_cfg.train, **kwargs)
     evals = read_rows(data_cfg.eval, **kwargs) if data_cfg.eval else []
+    if data_cfg.max_rows:  # before validation: the rows checked are the rows trained on (KTO's two labels)
+        train = train[: data_cfg.max_rows]
     problems: list[str] = []
     for rows in (train, evals):
         if rows:
+            problems += cell_problems(rows)
             try:
                 VALIDATORS[kind](rows)
             except DataError as exc:
                 problems += exc.problems
     if problems:
         raise DataError(problems, _FIXES[kind])
-    if data_cfg.max_rows:
-        train = train[: data_cfg.max_rows]
     if data_cfg.get("as_chat"):
         from rlft.chat_templates import wrap_as_chat
 

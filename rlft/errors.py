@@ -33,11 +33,13 @@ class DataError(UserError):
 
 
 class Terminated(BaseException):
-    """SIGTERM outside the trainer's own handler (loading data, building the model): unwinds the stack, so an
-    open run record is marked interrupted and the CLI prints one line (exit 143 = 128 + SIGTERM). Not a
-    KeyboardInterrupt: click would turn that into its own Abort."""
+    """SIGTERM or SIGINT (Ctrl-C) outside the trainer's own handler (loading data, building the model, merge,
+    export, chat): unwinds the stack, so an open run record is marked interrupted and the CLI prints one line
+    (exit 128 + signum: 143 or 130). Not a KeyboardInterrupt: click would turn that into its own Abort."""
 
-    signum = 15
+    def __init__(self, signum: int = 15):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def row_problem(path: str, line: int | None, field: str | None, what: str) -> str:

@@ -154,6 +154,24 @@ def load_source(source: str):
     return load_model(cfg, trainable=False), tok, config
 
 
+def check_output_file(source: str, out: Path, overwrite: bool) -> None:
+    """--gguf is a new file (or, with --overwrite, a file) in an existing folder, outside the source and every
+    model it refers to (rlft.outputs)."""
+    from rlft.bounded import kind_of
+    from rlft.outputs import check_output, refs_as_inputs
+
+    if out.is_dir():
+        raise UserError(f"--gguf '{out}' is a folder", "pass a file path such as model.gguf")
+    if kind_of(out):
+        raise UserError(f"--gguf '{out}' is {kind_of(out)}", "pass a regular file path such as model.gguf")
+    if not out.parent.is_dir():
+        raise UserError(f"folder '{out.parent}' does not exist", "create it first")
+    check_output(out, refs_as_inputs(source, "source"), "--gguf",
+                 "write the GGUF outside the source folder and the models it refers to")
+    if out.exists() and not overwrite:
+        raise UserError(f"'{out}' exists", "pass --overwrite to replace it, or choose another path")
+
+
 def export_gguf(source: str, out: str | Path, outtype: str = "f32", overwrite: bool = False) -> dict[str, Any]:
     """Write `source` (a model, or an adapter run merged into its base) to `out` as GGUF; returns stats."""
     try:
@@ -165,17 +183,17 @@ def export_gguf(source: str, out: str | Path, outtype: str = "f32", overwrite: b
     if outtype not in OUTTYPES:
         raise UserError(f"unknown outtype '{outtype}'", f"use one of {', '.join(OUTTYPES)}")
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise UserError(f"'{out}' exists", "pass --overwrite to replace it, or choose another path")
-    if not out.parent.is_dir():
-        raise UserError(f"folder '{out.parent}' does not exist", "create it first")
+    check_output_file(source, out, overwrite)
+    from rlft.checks import check_language_model, probe_model
+
+    check_language_model(source, probe_model(source, flag="source"), "source")  # reads no weights
     start = time.time()
     model, tok, config = load_source(source)
     pre, tokens, types = vocab_fields(tok, config.vocab_size)
     n_head, n_kv = config.num_attention_heads, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // n_head
     rope = getattr(config, "rope_parameters", None) or {}
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     writer = gguf.GGUFWriter(str(tmp), gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA])
     try:
         writer.add_name(Path(str(source)).name)
@@ -209,6 +227,10 @@ def export_gguf(source: str, out: str | Path, outtype: str = "f32", overwrite: b
         writer.write_tensors_to_file()
         writer.close()
         tmp.replace(out)
+    except OSError as exc:  # a full or read-only disk: the old file (if any) stays
+        from rlft.outputs import write_problem
+
+        raise write_problem(out, exc, "--gguf") from exc
     finally:
         tmp.unlink(missing_ok=True)
     return {"path": str(out), "outtype": outtype, "tensors": n_tensors, "vocab": len(tokens), "pre_tokenizer": pre,

@@ -10,8 +10,6 @@ name and renamed when complete: a failed merge leaves nothing behind.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 from rlft.errors import UserError
@@ -29,9 +27,13 @@ def check_merge(run: str | Path, out: str | Path, dtype: str, overwrite: bool = 
         what = "a full fine-tune (already a plain model folder)" if (run / "config.json").exists() else "not a run"
         raise UserError(f"'{run}' has no LoRA adapter to merge: it is {what}",
                         "merge a run trained with --lora (its folder holds adapter_config.json)")
-    if out.resolve() == run.resolve():
-        raise UserError("the merged model cannot be written into the run folder", "choose another -o DIR")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    from rlft.outputs import check_output, refs_as_inputs
+
+    check_output(out, refs_as_inputs(run, "model"), "-o",
+                 "choose an -o DIR outside the run and the models it refers to")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"-o '{out}' is a file, not a folder", "choose a folder path for -o")
+    if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise UserError(f"'{out}' is not empty", "pass --overwrite to replace it, or choose another -o DIR")
         if not (out / "config.json").exists():
@@ -59,16 +61,11 @@ def merge_run(run: str | Path, out: str | Path, dtype: str = "float32", overwrit
     merged = PeftModel.from_pretrained(model, str(run)).merge_and_unload()
     merged = merged.to(torch_dtype(dtype))
     tok = load_tokenizer(str(run))
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    from rlft.outputs import staged
+
+    with staged(out, "-o") as tmp:  # a full or read-only disk leaves the old folder (or nothing)
         merged.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "merged_from.json").write_text(json.dumps({"run": str(run.resolve()), "base": base,
                                                           "dtype": dtype}, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out

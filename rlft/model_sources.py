@@ -20,6 +20,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from rlft.errors import UserError
@@ -34,7 +35,20 @@ _CONVERT_VERSION = 1
 
 def cache_dir() -> Path:
     """Where built and converted models live: $RLFT_CACHE, else ~/.cache/rlft."""
-    return Path(os.environ.get("RLFT_CACHE") or Path.home() / ".cache" / "rlft")
+    path = Path(os.environ.get("RLFT_CACHE") or Path.home() / ".cache" / "rlft")
+    if not os.environ.get("RLFT_CACHE") or path.is_dir():
+        return path
+    fix = "point RLFT_CACHE at a writable folder, or unset it"
+    if os.path.lexists(path):
+        raise UserError(f"RLFT_CACHE '{path}' is not a folder", fix)
+    ancestor = path.parent
+    while not os.path.lexists(ancestor):
+        ancestor = ancestor.parent
+    try:  # can it be made there? (a probe folder, removed at once)
+        os.rmdir(tempfile.mkdtemp(prefix=".rlft-probe-", dir=ancestor))
+    except OSError as exc:
+        raise UserError(f"RLFT_CACHE '{path}' cannot be created in '{ancestor}' ({exc.strerror or exc})", fix) from exc
+    return path
 
 
 def is_gguf(name_or_path: str) -> bool:
@@ -57,8 +71,13 @@ def gguf_folder(gguf: str | Path) -> Path:
     """The converted transformers folder for `gguf`, converting on first use (tmp folder + rename)."""
     src = Path(gguf).expanduser()
     if not src.is_file():
-        raise UserError(f"GGUF file '{gguf}' does not exist", "check the path passed to --model")
+        from rlft.bounded import kind_of
+
+        what = ("is a folder, not a GGUF file" if src.is_dir() else f"is {kind_of(src)}, not a GGUF file"
+                if kind_of(src) else "does not exist")
+        raise UserError(f"GGUF file '{gguf}' {what}", "pass a .gguf file (or a model folder) to --model")
     src = src.resolve()
+    check_gguf_header(src)
     stat = src.stat()
     key = hashlib.sha256(f"{src}|{stat.st_size}|{stat.st_mtime_ns}|{_CONVERT_VERSION}".encode()).hexdigest()
     path = cache_dir() / f"gguf-{src.stem[:60]}-{key[:16]}"
@@ -76,6 +95,25 @@ def gguf_folder(gguf: str | Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def check_gguf_header(src: Path) -> None:
+    """The GGUF header (magic, version, tensor count, metadata count) fits the file: a damaged count (2**40
+    tensors) would make the reader allocate for it before failing."""
+    import struct
+
+    with src.open("rb") as f:
+        head = f.read(24)
+    if len(head) < 24 or head[:4] != b"GGUF":
+        raise UserError(f"'{src.name}' is not a GGUF file (no GGUF header)", "pass a .gguf file from llama.cpp "
+                        "or the hub, or download it again")
+    _version, tensors, entries = struct.unpack("<IQQ", head[4:])
+    # the smallest tensor entry: name length (8) + 1 byte + dims (4) + 1 dim (8) + type (4) + offset (8) = 33;
+    # the smallest metadata entry: key length (8) + 1 byte + type (4) + a 1-byte value = 14
+    if 24 + 33 * tensors + 14 * entries > src.stat().st_size:
+        raise UserError(f"'{src.name}' is damaged: its header claims {tensors:,} tensors and {entries:,} "
+                        f"metadata entries, more than its {src.stat().st_size:,} bytes can hold",
+                        "download the GGUF file again")
 
 
 def convert_gguf(src: Path, out: Path) -> Path:

@@ -75,9 +75,16 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     summary = _read_doc(run_dir / "summary.json", json.loads, {})
     config = _read_doc(run_dir / "config.yaml", yaml.safe_load, {})
     return {"dir": run_dir, "summary": summary, "config": config or {},
-            "history": read_jsonl(run_dir / "metrics.jsonl"), "alarms": read_jsonl(run_dir / "alarms.jsonl"),
+            "history": read_jsonl(run_dir / "metrics.jsonl"),
+            "alarms": [a for a in read_jsonl(run_dir / "alarms.jsonl") if _is_alarm(a)],  # damaged ones skipped
             "samples": read_jsonl(run_dir / "samples.jsonl"),
             "preflight": _read_doc(run_dir / "preflight.json", json.loads, None)}
+
+
+def _is_alarm(record: dict) -> bool:
+    """An alarm record as rlft.alarms writes it (name, step, message, fix)."""
+    return (isinstance(record.get("name"), str) and isinstance(record.get("step"), (int, float))
+            and not isinstance(record.get("step"), bool) and all(k in record for k in ("message", "fix")))
 
 
 def _read_doc(path: Path, parse, default):
@@ -260,16 +267,22 @@ def _samples_section(samples: list[dict]) -> list[str]:
 
 def write_report(run_dir: str | Path) -> Path:
     """Write RUN_DIR/report/report.md and its PNGs; returns the path of report.md."""
+    from rlft.outputs import check_writable, staged
+
     run = load_run(Path(run_dir))
-    out = run["dir"] / "report"
-    out.mkdir(exist_ok=True)
-    for old in out.glob("*.png"):  # a rerun on a resumed run may have fewer or other panels
-        old.unlink()
+    final = run["dir"] / "report"
+    if final.exists() and not final.is_dir():
+        raise UserError(f"'{final}' is a file, where the report folder goes", f"move or delete {final}")
+    check_writable(final, "report folder")
     frac = to_float((run["config"].get("watch") or {}).get("zero_signal_frac"))
-    written = plot_panels(run["history"], run["alarms"], out, {"zero_signal": frac} if frac is not None else {})
-    path = out / "report.md"
-    path.write_text(render_markdown(run, written))
-    return path
+    # Written whole into a temporary sibling and renamed over the old report (its PNGs included), so a full or
+    # read-only disk leaves the previous report, never half of one.
+    with staged(final, "report folder") as out:
+        out.mkdir()
+        written = plot_panels(run["history"], run["alarms"], out, {"zero_signal": frac} if frac is not None else {})
+        written = [(panel, final / png.name) for panel, png in written]
+        (out / "report.md").write_text(render_markdown(run, written))
+    return final / "report.md"
 
 
 def report_and_print(run_dir: Path, console) -> Path | None:

@@ -5,6 +5,9 @@ Layout of `output_dir`:
   versions.json    library versions and the device
   metrics.jsonl    one JSON object per logging step (`step` plus the trainer's keys, e.g. `loss`)
   summary.json     status (running / completed / interrupted / failed), steps, final metrics, timings
+  fingerprint.json what defines the run (method, models, LoRA, verifiers, data and its content hash): --resume
+                   refuses any difference (rlft.run_guard)
+  .rlft.lock       while a process trains here: its PID, held with flock (removed when the run ends)
   checkpoint-N/    trainer checkpoints (what --resume continues from)
   the final model  weights + tokenizer, loadable with plain transformers (or a peft adapter)
 """
@@ -17,13 +20,14 @@ import platform
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 from rlft.errors import Terminated, UserError
+from rlft.outputs import check_output, input_paths
+from rlft.run_guard import LOCK, check_not_live, check_same_run, release_lock
 
 RUN_MARKERS = ("summary.json", "config.yaml")
 
@@ -74,61 +78,15 @@ def check_run_folder(cfg, overwrite: bool = False, resume: bool = False) -> None
     `prepare_output_dir`'s, which the run calls once its data has validated."""
     refuse_overwrite_with_resume(overwrite, resume)
     out = Path(cfg.train.output_dir).expanduser()
-    check_output_location(out, input_paths(cfg))
+    check_output(out, input_paths(cfg))
+    check_not_live(out, overwrite, resume)
     if resume:
         check_resume(cfg, out)
 
 
-def input_paths(cfg) -> dict[str, Path]:
-    """{config key: path} for every config value that names an existing file or folder (the run's inputs)."""
-    found: dict[str, Path] = {}
-
-    def walk(node, prefix):
-        for key, value in node.items():
-            dotted = f"{prefix}{key}"
-            if dotted == "train.output_dir":
-                continue
-            if isinstance(value, dict):
-                walk(value, dotted + ".")
-            for item in value if isinstance(value, list) else [value]:
-                if isinstance(item, str) and item and item != "tiny":
-                    path = Path(item.rpartition(".py:")[0] + ".py" if ".py:" in item else item).expanduser()
-                    if path.exists():
-                        found.setdefault(dotted if dotted not in found else f"{dotted}[{item}]", path)
-    walk(cfg.values, "")
-    return found
-
-
-def check_output_location(out: Path, inputs: dict[str, Path]) -> None:
-    """The run folder is not an input, does not hold one and is not inside an input folder; it can be made."""
-    real = Path(os.path.realpath(out))
-    for key, path in inputs.items():
-        target = Path(os.path.realpath(path))
-        if real == target or real in target.parents or (target.is_dir() and target in real.parents):
-            how, harm = (("is", "--overwrite would delete it and the run would write into it") if real == target
-                         else ("holds", "--overwrite would delete it") if real in target.parents
-                         else ("is inside", "the run would write its files into it"))
-            raise UserError(f"output_dir '{out}' {how} the input {key} = '{path}': {harm}",
-                            "choose an --output-dir outside the run's inputs")
-    ancestor = real
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise UserError(f"output_dir '{out}' is under '{ancestor}', which is a file",
-                        "choose an --output-dir whose parent is a folder")
-    if ancestor == real:
-        if not os.access(real, os.W_OK | os.X_OK):
-            raise UserError(f"output_dir '{out}' is not writable", "choose another --output-dir")
-        return
-    try:  # the folder does not exist yet: can it be created there? (a probe folder, removed at once)
-        os.rmdir(tempfile.mkdtemp(prefix=".rlft-probe-", dir=ancestor))
-    except OSError as exc:
-        raise UserError(f"output_dir '{out}' cannot be created in '{ancestor}' ({exc.strerror})",
-                        "choose an --output-dir in a writable folder") from exc
-
-
 def check_resume(cfg, out: Path) -> None:
-    """Resume only the same method on the same data; a completed run only when there are steps left to take."""
+    """Resume only the same run (rlft.run_guard.check_same_run: method, model, LoRA, teacher, reward model,
+    verifiers, data and its content); a completed run only when there are steps left to take."""
     saved_path = out / "config.yaml"
     if not saved_path.is_file() or last_checkpoint(out) is None:
         return  # rlft.run.prepare_output_dir says "no checkpoint" with its fix
@@ -143,15 +101,7 @@ def check_resume(cfg, out: Path) -> None:
         raise UserError(f"--resume: '{out}' is a `rlft {saved.get('method')}` run, not `rlft {cfg.method}`",
                         f"resume it with `rlft {saved.get('method')} --resume`, or train into another "
                         "--output-dir (pass the run as --model to start from its weights)")
-    old_data, new_data = (saved.get("data") or {}), cfg.values["data"]
-    for key in ("train", "fields", "split", "max_rows"):
-        old, new = old_data.get(key), new_data.get(key)
-        if key == "train":
-            old, new = [_same_path(p) for p in old or []], [_same_path(p) for p in new or []]
-        if old != new:
-            raise UserError(f"--resume with different data: data.{key} was {old_data.get(key)!r}, now "
-                            f"{new_data.get(key)!r}", "resume with the run's data (see its config.yaml), or "
-                            "start a new run with another --output-dir")
+    check_same_run(cfg, out, saved)
     summary = read_json(out / "summary.json") if (out / "summary.json").is_file() else {}
     if isinstance(summary, dict) and summary.get("status") == "completed":
         old_train, new_train = saved.get("train") or {}, cfg.values["train"]
@@ -165,11 +115,6 @@ def check_resume(cfg, out: Path) -> None:
                             f"raise --max-steps above {done} to train further, or use another --output-dir")
 
 
-def _same_path(p: Any) -> Any:
-    return os.path.realpath(os.path.expanduser(p)) if isinstance(p, str) and os.path.exists(os.path.expanduser(p)) \
-        else p
-
-
 def prepare_output_dir(path: str | Path, overwrite: bool = False, resume: bool = False,
                        check_only: bool = False) -> Path:
     """Make sure `path` can take this run: empty, or --overwrite of an rlft run, or --resume.
@@ -179,6 +124,8 @@ def prepare_output_dir(path: str | Path, overwrite: bool = False, resume: bool =
     created or deleted)."""
     out = Path(path).expanduser()
     refuse_overwrite_with_resume(overwrite, resume)
+    if out.is_dir():
+        check_not_live(out, overwrite, resume)
     if resume:
         if not out.is_dir() or last_checkpoint(out) is None:
             why = " (its run ended before the first checkpoint)" if out.is_dir() and stale_run(out) else ""
@@ -187,7 +134,7 @@ def prepare_output_dir(path: str | Path, overwrite: bool = False, resume: bool =
         return out
     if out.exists() and not out.is_dir():
         raise UserError(f"output_dir '{out}' is a file", "choose a folder with --output-dir")
-    if out.is_dir() and any(out.iterdir()):
+    if out.is_dir() and any(p.name != LOCK for p in out.iterdir()):  # a dead run's lock file alone: empty
         stale = stale_run(out)
         if not overwrite and not stale:
             raise UserError(f"output_dir '{out}' is not empty", "pass --overwrite to replace it, --resume to "
@@ -256,18 +203,26 @@ def read_json(path: Path) -> Any:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """The records of a run's .jsonl file (metrics, alarms, samples); [] when absent. A last line cut short by a
-    killed run is skipped."""
+    """The records (JSON objects) of a run's .jsonl file (metrics, alarms, samples); [] when absent. Damaged
+    lines (cut short by a killed run, not JSON, not an object, not UTF-8) are skipped; a pipe or device in the
+    file's place is refused (reading it could block forever)."""
     path = Path(path)
     if not path.exists():
         return []
+    from rlft.bounded import kind_of
+
+    if kind_of(path) or path.is_dir():
+        raise UserError(f"{path} is {kind_of(path) or 'a folder'}, not a file",
+                        f"delete it (rm {path}); the run writes it again")
     out = []
-    for line in path.read_text().splitlines():
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
         if line.strip():
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut by a killed run
+                record = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):  # a line cut by a killed run, or damaged
                 continue
+            if isinstance(record, dict):
+                out.append(record)
     return out
 
 
@@ -328,6 +283,8 @@ class RunRecord:
         self.summary.update(status=status, ended_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
                             wall_seconds=round(time.time() - self.started, 2), **fields)
         self.save()
+        if self.write:
+            release_lock(self.out)  # the run has ended: its folder is free
 
     @contextmanager
     def closing_on_error(self) -> Iterator[RunRecord]:

@@ -31,6 +31,13 @@ def chat(
     Answers stream as they are generated. In the chat: /system TEXT, /reset, /exit; a line ending in a
     backslash continues on the next line, and lines between two \"\"\" lines are one message.
     """
+    from rlft.errors import UserError
+
+    if prompt is not None and not prompt.strip():
+        raise UserError("--prompt is empty: there is nothing to answer", "pass the message, e.g. --prompt 'Hi'")
+    if prompt is None and (sys.stdin is None or sys.stdin.closed):
+        raise UserError("no --prompt and stdin is closed: there is nothing to chat with",
+                        "run `rlft chat` in a terminal, pipe the messages in, or pass --prompt TEXT")
     from rlft.quiet import quiet_libraries
 
     quiet_libraries()

@@ -25,7 +25,7 @@ def eval_(
 ) -> None:
     """Greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples)."""
     from rlft.chat_templates import wrap_as_chat
-    from rlft.checks import check_generation, probe_model
+    from rlft.checks import check_budget, check_generation, check_language_model, probe_model
     from rlft.data import read_rows, validate_verifiable
 
     check_generation(max_new_tokens, temperature, samples=samples, limit=limit)
@@ -42,7 +42,9 @@ def eval_(
         scorer = None
     from rlft.quiet import quiet_libraries
 
-    probe_model(model)
+    config = probe_model(model)
+    check_language_model(model, config)  # a reward model cannot generate
+    check_budget(model, max_new_tokens, config)
     quiet_libraries()
     from rlft.chat_templates import plain_prompt_note
     from rlft.evaluate import evaluate_rows, exact_match

@@ -25,12 +25,14 @@ def preflight_(
 ) -> None:
     """Will GRPO learn? Sample G completions per prompt, score them, and say go or refuse (exit 3)."""
     from rlft.chat_templates import wrap_as_chat
-    from rlft.checks import check_generation, probe_model
+    from rlft.checks import check_budget, check_generation, check_language_model, probe_model
     from rlft.data import read_rows
     from rlft.preflight import run_preflight
 
     check_generation(max_new_tokens, temperature, sampling=True)
-    probe_model(model)
+    config = probe_model(model)
+    check_language_model(model, config)  # a reward model cannot generate
+    check_budget(model, max_new_tokens, config)
     rows = wrap_as_chat(read_rows(prompts)) if as_chat else read_rows(prompts)
     result = run_preflight(model, rows, verifier, num_generations=num_generations,
                            max_prompts=max_prompts, max_new_tokens=max_new_tokens, temperature=temperature,

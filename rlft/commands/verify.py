@@ -89,14 +89,23 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
     if path.is_dir():
         raise UserError(f"data file '{path}' is a folder", "pass the .jsonl file inside it")
     if not path.is_file():
-        raise UserError(f"data file '{path}' not found", "check the path")
+        from rlft.bounded import kind_of
+
+        raise UserError(f"data file '{path}' {f'is {kind_of(path)}, not a file' if kind_of(path) else 'not found'}",
+                        "check the path")
     if path.suffix.lower() != ".jsonl":
         raise UserError(f"{path}: `rlft verify` reads .jsonl files only", "convert the file to JSON lines")
+    from rlft.bounded import check_text_file, json_depth_problem
+
+    check_text_file(path, str(path))  # a sparse or binary file, before reading it
     rows, problems = [], []
     with path.open(encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of line 1
         try:
             for number, line in enumerate(f, 1):
                 if not line.strip():
+                    continue
+                if deep := json_depth_problem(line):
+                    problems.append(row_problem(str(path), number, None, deep))
                     continue
                 try:
                     value = json.loads(line)

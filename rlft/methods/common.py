@@ -30,6 +30,7 @@ from rich.console import Console
 
 from rlft.config import RunConfig, trl_kwargs
 from rlft.errors import UserError
+from rlft.outputs import write_problem
 from rlft.run import (
     Interrupt,
     RunRecord,
@@ -42,6 +43,7 @@ from rlft.run import (
     wait_for_everyone,
     write_json,
 )
+from rlft.run_guard import FINGERPRINT, acquire_lock, release_lock, write_fingerprint
 
 # The TRL methods that sample from the policy while training (rlft.sampling speeds that up under LoRA).
 SAMPLING_METHODS = ("grpo", "rloo", "distill")
@@ -81,9 +83,12 @@ def hardware_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-# The trackers rlft documents and tests, with the package each needs; other names go through to
-# transformers / accelerate as given (mlflow, comet_ml, ...), which check them themselves.
-TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
+# The trackers transformers' Trainer knows (its report_to names), with the package each needs; another name is
+# refused before the run folder exists, as is a tracker whose package is missing.
+TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow",
+                    "comet_ml": "comet_ml", "clearml": "clearml", "neptune": "neptune", "dvclive": "dvclive",
+                    "codecarbon": "codecarbon", "swanlab": "swanlab", "dagshub": "dagshub", "flyte": "flytekit",
+                    "azure_ml": "azureml"}
 
 
 def tracker_names(report_to: Any) -> list[str]:
@@ -98,6 +103,12 @@ def tracker_names(report_to: Any) -> list[str]:
     names = [str(n) for n in names if n and n != "none"]
     for name in names:
         package = TRACKER_PACKAGES.get(name)
+        if package is None and name != "all":
+            from rlft.config_checks import did_you_mean
+
+            raise UserError(f"train.report_to={name} is not a tracker transformers knows"
+                            f"{did_you_mean(name, TRACKER_PACKAGES)}",
+                            f"use one of {', '.join(TRACKER_PACKAGES)}, or none")
         if package and importlib.util.find_spec(package) is None:
             raise UserError(f"train.report_to={name} needs the {package} package, which is not installed",
                             f"pip install {package}" + (" (or rlft[track])" if name == "tensorboard" else ""))
@@ -230,9 +241,20 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
     ckpt = last_checkpoint(out) if resume else None
     prior = read_json(out / "summary.json") if resume and (out / "summary.json").exists() else {}
     if main:
-        (out / "config.yaml").write_text(cfg.to_yaml())
-        write_json(out / "versions.json", versions())
-    record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None, write=main)
+        acquire_lock(out)  # held until the run ends (rlft.run_guard): no --overwrite/--resume of a live run
+        try:
+            if not resume or not (out / FINGERPRINT).exists():
+                write_fingerprint(cfg, out)
+            (out / "config.yaml").write_text(cfg.to_yaml())
+            write_json(out / "versions.json", versions())
+            record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None, write=main)
+        except (OSError, UserError) as exc:  # a full or read-only disk
+            release_lock(out)
+            if isinstance(exc, UserError):
+                raise
+            raise write_problem(out, exc, "output_dir") from exc
+    else:
+        record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None, write=main)
     with record.closing_on_error():
         record.update(train_rows=len(prepared.train_rows), eval_rows=len(prepared.eval_rows),
                       data=list(cfg.data.train), **prepared.summary)
@@ -309,13 +331,20 @@ def note_plain_prompts(cfg: RunConfig, rows, console: Console) -> None:
     """Say so before training when plain-string prompts meet a model with a chat template (rlft.chat_templates)."""
     from rlft.chat_templates import has_plain_prompts, plain_prompt_note
 
-    if cfg.data.get("as_chat") or not has_plain_prompts(rows):
+    as_chat = cfg.data.get("as_chat")
+    if not as_chat and not has_plain_prompts(rows):
         return
     from rlft.models import load_tokenizer
 
     try:
         tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
     except (UserError, OSError):  # the trainer's own load reports it
+        return
+    if as_chat and not getattr(tok, "chat_template", None):
+        raise UserError(f"data.as_chat wraps the prompts as chat messages, but '{cfg.model.name_or_path}' has no "
+                        "chat template to render them", "drop --as-chat (plain prompts go in as text), or train "
+                        "a model that has a chat template")
+    if as_chat:
         return
     if note := plain_prompt_note(tok, rows):
         console.print(f"[yellow]note[/]: {note}")

@@ -1,0 +1,176 @@
+"""What keeps a run folder to one run: a lock while a process trains in it, and the run's identity.
+
+Lock: `.rlft.lock` in the run folder, held with `flock` by the training process (its PID written inside)
+from the moment the folder is (re)made until the run ends. The kernel drops the lock when the process dies,
+so the file of a killed run is stale and ignored. `--overwrite` or `--resume` of a folder whose lock is held
+is refused, naming the PID.
+
+Identity: `fingerprint.json` records everything that defines the run (method, model, LoRA, teacher, reward
+model, verifiers, the data files and a hash of their content, data.fields/split/max_rows). `--resume` refuses
+any difference, naming it, before anything is written. A run folder from before fingerprint.json is compared
+on the same keys from its config.yaml, without the content hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rlft.errors import UserError
+
+LOCK = ".rlft.lock"
+FINGERPRINT = "fingerprint.json"
+_held: dict[str, int] = {}  # realpath of a run folder -> the fd holding its lock, in this process
+
+
+# --------------------------------------------------------------------------- the lock
+
+
+def lock_holder(out: Path) -> int | None:
+    """The PID training in `out` now (-1 if unknown), or None when no live process holds its lock."""
+    import fcntl
+
+    path = Path(out) / LOCK
+    if not path.is_file():
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None  # nobody holds it: a stale file left by a process that died
+    except OSError:
+        text = path.read_text(errors="replace").strip()
+        return int(text) if text.isdigit() else -1
+    finally:
+        os.close(fd)
+
+
+def check_not_live(out: Path, overwrite: bool = False, resume: bool = False) -> None:
+    """Refuse a run folder that a live process is training in."""
+    pid = lock_holder(Path(out).expanduser())
+    if pid is None:
+        return
+    who = f"process {pid}" if pid > 0 else "another process"
+    what = "--overwrite would delete it under that run" if overwrite else (
+        "--resume would train in it at the same time" if resume else "two runs would mix in one folder")
+    raise UserError(f"output_dir '{out}' belongs to a run still training ({who}): {what}",
+                    f"wait for it to end{f' or stop it (kill -INT {pid})' if pid > 0 else ''}, "
+                    "or choose another --output-dir")
+
+
+def acquire_lock(out: Path) -> None:
+    """Hold `out`'s lock for this process until `release_lock` (or the process's end)."""
+    import fcntl
+
+    fd = os.open(Path(out) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        check_not_live(out)
+        raise UserError(f"output_dir '{out}' is locked by another run", "choose another --output-dir") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    _held[os.path.realpath(out)] = fd
+
+
+def release_lock(out: Path) -> None:
+    fd = _held.pop(os.path.realpath(out), None)
+    if fd is not None:
+        try:
+            (Path(out) / LOCK).unlink()
+        except OSError:
+            pass
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- the run's identity
+
+
+def fingerprint(method: str, values: dict, hashes: bool = True) -> dict[str, Any]:
+    """{name: value} of what defines a run; data content hashes only with `hashes`."""
+    section = values.get(method) or {}
+    model, data = values.get("model") or {}, values.get("data") or {}
+    lora = model.get("lora") or {}
+    files = data.get("train") or []
+    found = {
+        "method": method,
+        "model": _ident(model.get("name_or_path")),
+        "model.revision": model.get("revision"),
+        "LoRA": {k: v for k, v in lora.items() if k != "enabled"} if lora.get("enabled") else "off",
+        "teacher": _ident(section.get("teacher_model_name_or_path")),
+        "reward model": _ident(section.get("reward_model")),
+        "verifiers": section.get("verifiers"),
+        "data.train": [_ident(p) for p in files],
+        "data.fields": data.get("fields"),
+        "data.split": data.get("split"),
+        "data.max_rows": data.get("max_rows"),
+    }
+    if hashes:
+        found["data content"] = {str(p): content_hash(p) for p in files}
+    return found
+
+
+def write_fingerprint(cfg, out: Path) -> None:
+    from rlft.outputs import write_text
+
+    write_text(Path(out) / FINGERPRINT, json.dumps(fingerprint(cfg.method, cfg.values), indent=2) + "\n")
+
+
+def check_same_run(cfg, out: Path, saved_config: dict) -> None:
+    """`--resume`: the run in `out` was defined exactly as this command defines it; else one line naming the
+    first difference."""
+    path = Path(out) / FINGERPRINT
+    try:
+        saved = json.loads(path.read_text()) if path.is_file() else fingerprint(cfg.method, saved_config, False)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--resume: {path} cannot be read ({type(exc).__name__})",
+                        "start a new run with another --output-dir") from exc
+    now = fingerprint(cfg.method, cfg.values, hashes="data content" in saved)
+    for key, new in now.items():
+        old = saved.get(key)
+        if key == "data content":
+            changed = [p for p, h in new.items() if old.get(p) not in (None, h)] if isinstance(old, dict) else []
+            if changed:
+                raise UserError(f"--resume with different data: the content of {changed[0]} changed since the "
+                                "run started", "resume with the data the run started on, or start a new run "
+                                "with another --output-dir")
+        elif old != new and not (isinstance(old, list) and list(old) == new):
+            what = "data" if key.startswith("data") else key
+            raise UserError(f"--resume with different {what}: {key} was {_show(old)}, now {_show(new)}",
+                            "resume with the run's own settings (see its config.yaml), or start a new run with "
+                            "another --output-dir")
+
+
+def content_hash(name: str) -> str | None:
+    """sha256 of a data file's bytes (of a folder's files, by name), None for a hub id."""
+    path = Path(os.path.expanduser(str(name)))
+    if not (path.is_file() or path.is_dir()):  # a hub id; a pipe or device is refused when data loads
+        return None
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        digest.update(str(file.relative_to(path) if path.is_dir() else "").encode())
+        try:
+            with file.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+        except OSError:
+            return None
+    return digest.hexdigest()
+
+
+def _ident(value: Any) -> Any:
+    """A local path as its real path (so ./x and x match); other values as given."""
+    if isinstance(value, str) and value and os.path.exists(os.path.expanduser(value)):
+        return os.path.realpath(os.path.expanduser(value))
+    return value
+
+
+def _show(value: Any) -> str:
+    return "none" if value in (None, [], "") else repr(value)
