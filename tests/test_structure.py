@@ -192,7 +192,9 @@ def test_every_command_keeps_the_options_it_had():
 
     recorded = json.loads((FIXTURES / "command_options.json").read_text())
     now = {name: _options(cmd) for name, cmd in _commands().items()}
-    assert now == recorded
+    # options added since (verify --explain, grpo --tools, ...) are new features; none may go or change
+    kept = {name: {k: v for k, v in now.get(name, {}).items() if k in opts} for name, opts in recorded.items()}
+    assert kept == recorded
 
 
 def test_the_config_table_covers_every_training_flag():
