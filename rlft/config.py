@@ -14,7 +14,6 @@ for it).
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from rlft.config_checks import config_problems
+from rlft.config_checks import cross_checks, did_you_mean
 from rlft.errors import UserError
 from rlft.schema import COMMON_SECTIONS, LORA, METHODS, SCHEMA, TRL_CONFIGS, Field  # noqa: F401  (re-exported)
 
@@ -245,7 +244,7 @@ def validate(method: str, merged: Layer, check_trl: bool = True) -> list[str]:
             if section in SCHEMA:
                 problems.append(f"{where}: section '{section}' does not apply to `rlft {method}`")
             else:
-                problems.append(f"{where}: unknown section '{section}'{_did_you_mean(section, sections)}")
+                problems.append(f"{where}: unknown section '{section}'{did_you_mean(section, sections)}")
             continue
         if not rest:
             problems.append(f"{where}: expected a mapping of {section} settings, got {value!r}")
@@ -256,7 +255,7 @@ def validate(method: str, merged: Layer, check_trl: bool = True) -> list[str]:
                 problem = _check_passthrough(value, trl_fields[section][rest])
             elif check_trl or "." in rest:
                 known = sorted(set(_schema_keys(section)) | set(trl_fields.get(section, {})))
-                problem = f"unknown key{_did_you_mean(rest, known)}"
+                problem = f"unknown key{did_you_mean(rest, known)}"
             else:
                 problem = None
         else:
@@ -265,7 +264,9 @@ def validate(method: str, merged: Layer, check_trl: bool = True) -> list[str]:
         if problem:
             problems.append(f"{where} = {value!r}: {problem}")
     if not problems:
-        problems += _cross_checks(method, merged)
+        for key, message in cross_checks(method, merged.values):
+            origin = merged.origins.get(key)
+            problems.append(f"{origin}: {message}" if origin and origin != "default" else message)
     return problems
 
 
@@ -283,11 +284,6 @@ def _schema_keys(section: str) -> list[str]:
     for key, spec in SCHEMA[section].items():
         out += [f"{key}.{sub}" for sub in spec] if isinstance(spec, dict) else [key]
     return out
-
-
-def _did_you_mean(word: str, options) -> str:
-    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _check(value: Any, spec: Field) -> tuple[Any, str | None]:
@@ -319,7 +315,7 @@ def _check(value: Any, spec: Field) -> tuple[Any, str | None]:
         if not isinstance(value, str):
             return value, "expected a string"
         if spec.choices and value not in spec.choices:
-            return value, f"expected one of {', '.join(spec.choices)}{_did_you_mean(value, spec.choices)}"
+            return value, f"expected one of {', '.join(spec.choices)}{did_you_mean(value, spec.choices)}"
     elif kind == "list":
         if isinstance(value, str):
             value = [value]
@@ -344,45 +340,6 @@ def _check_passthrough(value: Any, default: Any) -> str | None:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return None if ok else "expected a number"
     return None
-
-
-def _cross_checks(method: str, merged: Layer) -> list[str]:
-    values = merged.values
-    problems = []
-    if values.get("data.eval") and values.get("data.eval_fraction"):
-        problems.append("data.eval and data.eval_fraction are both set: use one")
-    if values.get("train.bf16") and values.get("train.fp16"):
-        problems.append("train.bf16 and train.fp16 are both true: pick one")
-    if values.get("model.load_in_4bit") and not values.get("model.lora.enabled"):
-        problems.append("model.load_in_4bit = true needs model.lora.enabled = true (4-bit weights cannot be "
-                        "trained directly; QLoRA trains an adapter)")
-    if method in ("grpo", "rloo"):
-        problems += _vllm_checks(values, method)
-    if method == "kto" and (values.get("train.per_device_train_batch_size") or 2) < 2:
-        problems.append("train.per_device_train_batch_size must be >= 2 for KTO: its KL estimate pairs each prompt "
-                        "with another row's completion in the same batch")
-    if method == "distill" and not values.get("distill.teacher_model_name_or_path"):
-        problems.append("distill.teacher_model_name_or_path is not set: pass --teacher MODEL (folder, hub id, tiny)")
-    return problems + config_problems(method, values, merged.origins)
-
-
-VLLM_MODES = ("colocate", "server")
-
-
-def _vllm_checks(values: dict[str, Any], method: str = "grpo") -> list[str]:
-    """GRPO's vLLM options pass straight to TRL's GRPOConfig, which accepts any vllm_mode string and only
-    finds a missing vLLM once the trainer is built: both are caught here, before any model loads."""
-    import importlib.util
-
-    problems = []
-    mode = values.get(f"{method}.vllm_mode")
-    if mode is not None and mode not in VLLM_MODES:
-        problems.append(f"{method}.vllm_mode = {mode}: expected one of {', '.join(VLLM_MODES)}"
-                        f"{_did_you_mean(str(mode), VLLM_MODES)}")
-    if values.get(f"{method}.use_vllm") and importlib.util.find_spec("vllm") is None:
-        problems.append(f"{method}.use_vllm = true but vLLM is not installed: `pip install vllm` on the GPU machine "
-                        f"(server mode: start `trl vllm-serve --model ...` first), or set {method}.use_vllm=false")
-    return problems
 
 
 _TRL_FIELD_CACHE: dict[str, dict[str, dict[str, Any]]] = {}

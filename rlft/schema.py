@@ -1,6 +1,7 @@
 """The rlft config schema: sections, fields, defaults, constraints, and the TRL config behind each section.
 
-Only data: rlft/config.py reads it to build the defaults layer and to validate recipes, flags and `--set`.
+Data only: rlft/config.py reads it to build the defaults layer and to validate recipes, flags and `--set`.
+The alarm thresholds' defaults are read from rlft.alarms.Thresholds, so each number has one source.
 A new method adds its name to METHODS, its TRL config class to TRL_CONFIGS, and one section to SCHEMA.
 """
 
@@ -8,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from rlft.alarms import Thresholds
+
+TH = Thresholds()  # the alarm thresholds' defaults: one source, rlft/alarms.py
 
 METHODS = ("sft", "dpo", "grpo", "reward", "ppo", "kto", "rloo", "distill")
 COMMON_SECTIONS = ("model", "data", "train", "watch")
@@ -50,6 +55,36 @@ LORA = {
     "target_modules": Field("str_or_list", "all-linear", "module names, or all-linear"),
 }
 
+def _alarm(kind: str, name: str, help: str, **limits: Any) -> Field:
+    """An alarm threshold of `watch`: its default is rlft.alarms.Thresholds' (one source for each number)."""
+    return Field(kind, getattr(TH, name), help, rlft_only=True, **limits)
+
+
+def group_rl(num_generations: Field, beta: Field) -> dict[str, Field]:
+    """The section of a group-sampling, verifier-rewarded method (GRPO, RLOO: rlft/methods/group_rl.py): the
+    same fields, in the same order; only the group size's default and the KL coefficient's note differ."""
+    return {
+        "verifiers": Field("list", ["math"], "verifier specs: NAME, NAME:WEIGHT, file.py:function",
+                           rlft_only=True),
+        "reward_model": Field("str", None, "a reward model folder (rlft reward) scored as one more reward",
+                              rlft_only=True),
+        "num_generations": num_generations,
+        "max_completion_length": Field("int", 256, "generation budget per completion", minimum=1),
+        "temperature": Field("float", 1.0, "sampling temperature for rollouts", minimum=0.0),
+        "beta": beta,
+        "disable_dropout": Field("bool", True, DROPOUT_HELP),
+        "preflight": Field("bool", True, "probe the model before training; refuse when it cannot learn",
+                           rlft_only=True),
+        "preflight_prompts": Field("int", 32, "prompts sampled by the pre-flight", minimum=1, rlft_only=True),
+        "min_mixed_fraction": Field("float", 0.1, "pre-flight refuses below this share of mixed groups",
+                                    minimum=0.0, maximum=1.0, rlft_only=True),
+        "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
+                                rlft_only=True),
+        "heldout_max_new_tokens": Field("int", None, "generation budget for held-out evaluation "
+                                        "(default: max_completion_length)", minimum=1, rlft_only=True),
+    }
+
+
 SCHEMA: dict[str, dict[str, Any]] = {
     "model": {
         "name_or_path": Field("str", "tiny", "folder, hub id, .gguf file, `tiny` or `smollm2`", nullable=False),
@@ -85,7 +120,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "report_to": Field("str_or_list", "none", "trackers: none, wandb, tensorboard, ..."),
         "bf16": Field("bool", None, "bf16 mixed precision; default: on where the GPU supports it"),
         "fp16": Field("bool", None, "fp16 mixed precision; default off"),
-        "gradient_checkpointing": Field("bool", None, "default: on for GPUs, off on CPU (costs 15-20%)"),
+        "gradient_checkpointing": Field("bool", None, "default: on for GPUs, off on CPU (recomputes each "
+                                        "layer's forward in the backward pass)"),
         "save_total_limit": Field("int", 2, "keep at most N checkpoints", minimum=1),
     },
     # How a run is watched (rlft.monitor / rlft.alarms): every method has this section.
@@ -99,36 +135,35 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "holdout_max_rows": Field("int", 100, "held-out rows scored per check", minimum=1, rlft_only=True),
         "holdout_max_new_tokens": Field("int", 32, "generation budget of the held-out check", minimum=1,
                                         rlft_only=True),
-        # Alarm thresholds (rlft/alarms.py explains each; the defaults equal its constants).
-        "zero_signal_frac": Field("float", 0.8, "zero-signal alarm: share of GRPO groups with all-equal rewards",
-                                  minimum=0.0, maximum=1.0, rlft_only=True),
-        "zero_signal_logs": Field("int", 3, "zero-signal alarm: logs in a row at or above zero_signal_frac",
-                                  minimum=1, rlft_only=True),
-        "kl_max": Field("float", 1.0, "KL alarm: per-token KL (nats) to the reference", minimum=0.0,
-                        rlft_only=True),
-        "kl_jump": Field("float", 10.0, "KL alarm: jump over the median of the previous logs", minimum=1.0,
-                         rlft_only=True),
-        "entropy_min_ratio": Field("float", 0.1, "entropy alarm: sampling entropy below this share of its "
-                                   "start", minimum=0.0, maximum=1.0, rlft_only=True),
-        "entropy_logs": Field("int", 3, "entropy alarm: logs in a row below entropy_min_ratio", minimum=1,
-                              rlft_only=True),
-        "drift_logs": Field("int", 5, "DPO/KTO drift alarm: logs in the window", minimum=2, rlft_only=True),
-        "drift_min_drop": Field("float", 1.0, "DPO/KTO drift alarm: fall of the chosen log-prob (nats)",
-                                minimum=0.0, rlft_only=True),
-        "hacking_min_rise": Field("float", 0.4, "reward-hacking alarm: reward rise, in starting reward_std",
-                                  minimum=0.0, rlft_only=True),
-        "hacking_max_heldout_gain": Field("float", 0.02, "hacking alarms: held-out gain that still counts as "
-                                          "flat", rlft_only=True),
-        "hacking_heldout_drop": Field("float", 0.1, "reward-hacking alarm: held-out fall that lowers the "
-                                      "needed reward rise to a quarter", minimum=0.0, rlft_only=True),
-        "length_max_ratio": Field("float", 1.5, "length alarm: growth of the mean completion length",
-                                  minimum=1.0, rlft_only=True),
-        "repetition_min_rise": Field("float", 0.2, "length alarm: rise of the completions' repetition",
-                                     minimum=0.0, maximum=1.0, rlft_only=True),
-        "diverge_ratio": Field("float", 1.5, "distill diverging alarm: loss above this multiple of its best",
-                               minimum=1.0, rlft_only=True),
-        "diverge_logs": Field("int", 3, "distill diverging alarm: logs in a row above diverge_ratio", minimum=1,
-                              rlft_only=True),
+        # Alarm thresholds (rlft/alarms.py explains each): the defaults are read from its Thresholds.
+        "zero_signal_frac": _alarm("float", "zero_signal_frac", "zero-signal alarm: share of GRPO groups with "
+                                                                "all-equal rewards", minimum=0.0, maximum=1.0),
+        "zero_signal_logs": _alarm("int", "zero_signal_logs", "zero-signal alarm: logs in a row at or above "
+                                                              "zero_signal_frac", minimum=1),
+        "kl_max": _alarm("float", "kl_max", "KL alarm: per-token KL (nats) to the reference", minimum=0.0),
+        "kl_jump": _alarm("float", "kl_jump", "KL alarm: jump over the median of the previous logs", minimum=1.0),
+        "entropy_min_ratio": _alarm("float", "entropy_min_ratio", "entropy alarm: sampling entropy below this share of "
+                                                                  "its start", minimum=0.0, maximum=1.0),
+        "entropy_logs": _alarm("int", "entropy_logs", "entropy alarm: logs in a row below "
+                                                      "entropy_min_ratio", minimum=1),
+        "drift_logs": _alarm("int", "drift_logs", "DPO/KTO drift alarm: logs in the window", minimum=2),
+        "drift_min_drop": _alarm("float", "drift_min_drop", "DPO/KTO drift alarm: fall of the chosen log-prob "
+                                                            "(nats)", minimum=0.0),
+        "hacking_min_rise": _alarm("float", "hacking_min_rise", "reward-hacking alarm: reward rise, in starting "
+                                                                "reward_std", minimum=0.0),
+        "hacking_max_heldout_gain": _alarm("float", "hacking_max_heldout_gain", "hacking alarms: held-out gain that "
+                                                                                "still counts as flat"),
+        "hacking_heldout_drop": _alarm("float", "hacking_heldout_drop", "reward-hacking alarm: held-out fall that "
+                                                                        "lowers the needed reward rise to a quarter",
+                                       minimum=0.0),
+        "length_max_ratio": _alarm("float", "length_max_ratio", "length alarm: growth of the mean completion "
+                                                                "length", minimum=1.0),
+        "repetition_min_rise": _alarm("float", "repetition_min_rise", "length alarm: rise of the completions' "
+                                                                      "repetition", minimum=0.0, maximum=1.0),
+        "diverge_ratio": _alarm("float", "diverge_ratio", "distill diverging alarm: loss above this multiple of its "
+                                                          "best", minimum=1.0),
+        "diverge_logs": _alarm("int", "diverge_logs", "distill diverging alarm: logs in a row above "
+                                                      "diverge_ratio", minimum=1),
         "ignore": Field("list", [], "alarm names to switch off (nan_loss, zero_signal, kl_blowup, "
                         "entropy_collapse, dpo_drift, kto_drift, distill_diverging, reward_hacking, "
                         "length_hacking)", rlft_only=True),
@@ -143,27 +178,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "loss_type": Field("str_or_list", "sigmoid", "sigmoid (DPO), ipo, hinge, ..."),
         "max_length": Field("int", 1024, "truncate prompt+answer to this many tokens", minimum=1),
     },
-    "grpo": {
-        "verifiers": Field("list", ["math"], "verifier specs: NAME, NAME:WEIGHT, file.py:function",
-                           rlft_only=True),
-        "reward_model": Field("str", None, "a reward model folder (rlft reward) scored as one more reward",
-                              rlft_only=True),
-        "num_generations": Field("int", 8, "completions per prompt (the group size G)", minimum=2),
-        "max_completion_length": Field("int", 256, "generation budget per completion", minimum=1),
-        "temperature": Field("float", 1.0, "sampling temperature for rollouts", minimum=0.0),
-        "beta": Field("float", 0.0, "KL coefficient against the reference (TRL's default 0: no reference)",
-                      minimum=0.0),
-        "disable_dropout": Field("bool", True, DROPOUT_HELP),
-        "preflight": Field("bool", True, "probe the model before training; refuse when it cannot learn",
-                           rlft_only=True),
-        "preflight_prompts": Field("int", 32, "prompts sampled by the pre-flight", minimum=1, rlft_only=True),
-        "min_mixed_fraction": Field("float", 0.1, "pre-flight refuses below this share of mixed groups",
-                                    minimum=0.0, maximum=1.0, rlft_only=True),
-        "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
-                                rlft_only=True),
-        "heldout_max_new_tokens": Field("int", None, "generation budget for held-out evaluation "
-                                        "(default: max_completion_length)", minimum=1, rlft_only=True),
-    },
+    "grpo": group_rl(
+        Field("int", 8, "completions per prompt (the group size G)", minimum=2),
+        Field("float", 0.0, "KL coefficient against the reference (TRL's default 0: no reference)", minimum=0.0)),
     "reward": {
         "max_length": Field("int", 1024, "drop pairs longer than this many tokens", minimum=1),
     },
@@ -177,26 +194,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "max_length": Field("int", 1024, "truncate prompt+completion to this many tokens", minimum=1),
     },
     # RLOO (rlft/methods/rloo.py): GRPO's verifier, gold and pre-flight options; beta 0 (TRL's is 0.05: no reference)
-    "rloo": {
-        "verifiers": Field("list", ["math"], "verifier specs: NAME, NAME:WEIGHT, file.py:function",
-                           rlft_only=True),
-        "reward_model": Field("str", None, "a reward model folder (rlft reward) as one more reward", rlft_only=True),
-        "num_generations": Field("int", 4, "completions per prompt (k); the baseline is the other k-1", minimum=2),
-        "max_completion_length": Field("int", 256, "generation budget per completion", minimum=1),
-        "temperature": Field("float", 1.0, "sampling temperature for rollouts", minimum=0.0),
-        "beta": Field("float", 0.0, "KL coefficient against the reference (rlft 0: no reference copy)",
-                      minimum=0.0),
-        "disable_dropout": Field("bool", True, DROPOUT_HELP),
-        "preflight": Field("bool", True, "probe the model before training; refuse when it cannot learn",
-                           rlft_only=True),
-        "preflight_prompts": Field("int", 32, "prompts sampled by the pre-flight", minimum=1, rlft_only=True),
-        "min_mixed_fraction": Field("float", 0.1, "pre-flight refuses below this share of mixed groups",
-                                    minimum=0.0, maximum=1.0, rlft_only=True),
-        "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
-                                rlft_only=True),
-        "heldout_max_new_tokens": Field("int", None, "held-out generation budget (default: max_completion_length)",
-                                        minimum=1, rlft_only=True),
-    },
+    "rloo": group_rl(
+        Field("int", 4, "completions per prompt (k); the baseline is the other k-1", minimum=2),
+        Field("float", 0.0, "KL coefficient against the reference (rlft 0: no reference copy)", minimum=0.0)),
     # On-policy distillation (rlft/methods/distill.py): the student samples, the teacher scores every token
     "distill": {
         "teacher_model_name_or_path": Field("str", None, "teacher: folder, hub id or `tiny` (the student's "

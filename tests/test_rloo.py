@@ -63,3 +63,21 @@ def test_rloo_raises_heldout_pass_at_1_by_10_points(cli, tmp_path, sft_short):
     after = json.loads(cli("eval", "--model", out, "--data", HELDOUT, "--verifier", "math", "--json").out)
     print(f"RLOO: held-out pass@1 {before['pass_at_1']:.3f} -> {after['pass_at_1']:.3f} in {elapsed:.0f}s")
     assert after["pass_at_1"] >= before["pass_at_1"] + 0.10
+
+
+def test_rloo_batch_must_split_into_whole_groups_before_anything_is_written(cli, tmp_path):
+    """TRL's RLOOConfig has GRPO's rule; rlft checks it with the config, before the run folder exists."""
+    out = tmp_path / "rloo"
+    r = cli("rloo", "--prompts", PROMPTS, "--num-generations", "3", "--batch-size", "4", "-o", out)
+    assert r.code == 2, r.text
+    assert "rloo.num_generations = 3 does not divide the 4 completions" in r.err
+    assert not out.exists()
+
+
+def test_preflight_advice_names_the_runs_own_section():
+    from rlft.preflight import verdict_for
+
+    _, advice = verdict_for(0.3, 0.0, 0.5, min_mixed=0.1, num_generations=4, section="rloo")
+    assert any("--set rloo.num_generations=8" in a for a in advice)
+    assert any("--set rloo.max_completion_length" in a for a in advice)
+    assert not any("grpo." in a for a in advice)

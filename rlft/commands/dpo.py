@@ -6,45 +6,20 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlft.commands.options import (
-    LR,
-    Batch,
-    Epochs,
-    EvalData,
-    Holdout,
-    HoldoutVerifier,
-    Lora,
-    MaxSteps,
-    Model,
-    OnAlarm,
-    OutputDir,
-    Overwrite,
-    PrintConfig,
-    Recipe,
-    Resume,
-    Seed,
-    Sets,
-    common_flags,
-    finish,
-    flags_of,
-    resolve_config,
-    run_method,
-)
+from rlft.commands import options as o
 
 
 def dpo(
+    ctx: typer.Context,
     pairs: Annotated[Optional[list[str]], typer.Option("--pairs", "-d", help="Preference pairs: prompt/chosen/"
                                                        "rejected rows. Repeatable.")] = None,
-    eval_data: EvalData = None, model: Model = None, recipe: Recipe = None, output_dir: OutputDir = None,
-    max_steps: MaxSteps = None, epochs: Epochs = None, lr: LR = None, batch_size: Batch = None,
-    seed: Seed = None, lora: Lora = None,
+    eval_data: o.EvalData = None, model: o.Model = None, recipe: o.Recipe = None, output_dir: o.OutputDir = None,
+    max_steps: o.MaxSteps = None, epochs: o.Epochs = None, lr: o.LR = None, batch_size: o.Batch = None,
+    seed: o.Seed = None, lora: o.Lora = None,
     beta: Annotated[Optional[float], typer.Option(help="KL strength (default 0.1).")] = None,
-    on_alarm: OnAlarm = None, holdout: Holdout = None, holdout_verifier: HoldoutVerifier = None,
-    set_: Sets = None, print_config: PrintConfig = False, overwrite: Overwrite = False, resume: Resume = False,
+    on_alarm: o.OnAlarm = None, holdout: o.Holdout = None, holdout_verifier: o.HoldoutVerifier = None,
+    set_: o.Sets = None, print_config: o.PrintConfig = False, overwrite: o.RunOverwrite = False,
+    resume: o.Resume = False,
 ) -> None:
     """Direct Preference Optimization on chosen/rejected pairs (TRL DPOTrainer)."""
-    flags = flags_of(**{"data.train": pairs,
-                      **common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed,
-                                      lora, on_alarm, holdout, holdout_verifier), "dpo.beta": beta})
-    cfg = resolve_config("dpo", recipe, flags, set_, print_config, resume, overwrite)
-    finish(run_method(cfg, overwrite, resume))
+    o.train(ctx, "dpo")

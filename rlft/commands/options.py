@@ -1,4 +1,8 @@
-"""What the command modules share: option types, the flag -> config mapping, resolving and finishing a run.
+"""What the command modules share: option types, the flag -> config table, and the body of a training command.
+
+A training command is a signature of `Annotated` options (its own flags, then the shared ones of the "Run"
+panel) and one call, `o.train(ctx, "dpo")`: CONFIG_KEYS maps each option to its config key, the spelling an
+error names comes from the declared option, and the method's module is picked from one explicit table.
 
 Every command module imports this one (never rlft.cli, which imports the commands). Light at import: typer
 and rich only; the config and run modules are imported inside the helpers.
@@ -7,6 +11,7 @@ and rich only; the config and run modules are imported inside the helpers.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -19,59 +24,100 @@ from rlft.errors import UserError
 out_console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
 
-Recipe = Annotated[Optional[Path], typer.Option("--recipe", "-r", help="YAML recipe (see recipes/).")]
-Model = Annotated[Optional[str], typer.Option("--model", "-m",
-                                              help="Local folder, hub id, .gguf file, `tiny` or `smollm2`.")]
-OutputDir = Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Run folder.")]
-EvalData = Annotated[Optional[str], typer.Option("--eval-data", help="Held-out file for eval loss.")]
-MaxSteps = Annotated[Optional[int], typer.Option("--max-steps", help="Stop after N optimizer steps.")]
-Epochs = Annotated[Optional[float], typer.Option("--epochs", help="Epochs over the data.")]
-LR = Annotated[Optional[float], typer.Option("--lr", help="Learning rate.")]
-Batch = Annotated[Optional[int], typer.Option("--batch-size", help="Rows per device per step.")]
-Seed = Annotated[Optional[int], typer.Option("--seed", help="Random seed.")]
-Lora = Annotated[Optional[bool], typer.Option("--lora/--no-lora", help="Train a LoRA adapter.")]
-Sets = Annotated[Optional[list[str]], typer.Option("--set", help="Override any field: section.key=value "
-                                                   "(any TRL config field too). Repeatable.")]
-PrintConfig = Annotated[bool, typer.Option("--print-config", help="Print the resolved config and exit.")]
+RUN = "Run"  # the help panel of the options every training command shares; the method's own flags come first
+
+
+def run_option(*names: str, help: str):
+    return typer.Option(*names, help=help, rich_help_panel=RUN)
+
+
+Recipe = Annotated[Optional[Path], run_option("--recipe", "-r", help="YAML recipe (see recipes/).")]
+Model = Annotated[Optional[str], run_option("--model", "-m",
+                                             help="Local folder, hub id, .gguf file, `tiny` or `smollm2`.")]
+OutputDir = Annotated[Optional[str], run_option("--output-dir", "-o", help="Run folder.")]
+EvalData = Annotated[Optional[str], run_option("--eval-data", help="Held-out file for eval loss.")]
+MaxSteps = Annotated[Optional[int], run_option("--max-steps", help="Stop after N optimizer steps.")]
+Epochs = Annotated[Optional[float], run_option("--epochs", help="Epochs over the data.")]
+LR = Annotated[Optional[float], run_option("--lr", help="Learning rate.")]
+Batch = Annotated[Optional[int], run_option("--batch-size", help="Rows per device per step.")]
+Seed = Annotated[Optional[int], run_option("--seed", help="Random seed.")]
+Lora = Annotated[Optional[bool], run_option("--lora/--no-lora", help="Train a LoRA adapter.")]
+Sets = Annotated[Optional[list[str]], run_option("--set", help="Override any field: section.key=value "
+                                                  "(any TRL config field too). Repeatable.")]
+PrintConfig = Annotated[bool, run_option("--print-config", help="Print the resolved config and exit.")]
+RunOverwrite = Annotated[bool, run_option("--overwrite", help="Replace a non-empty output_dir.")]
+Resume = Annotated[bool, run_option("--resume", help="Continue from the last checkpoint in output_dir.")]
+OnAlarm = Annotated[Optional[str], run_option("--on-alarm", help="warn (default) or stop: stop saves a "
+                                               "checkpoint and ends the run when an alarm fires.")]
+Holdout = Annotated[Optional[str], run_option("--holdout", help="Held-out prompts + gold, scored greedily "
+                                               "every watch.holdout_every steps (reward-hacking check).")]
+HoldoutVerifier = Annotated[Optional[str], run_option("--holdout-verifier", help="Verifier for --holdout "
+                                                       "(default math).")]
+# The reward options of the verifier-rewarded methods (GRPO, RLOO; PPO words --reward-model its own way).
+Verifier = Annotated[Optional[list[str]], typer.Option("--verifier", "-v", help="Reward: NAME, NAME:WEIGHT "
+                                                       "or file.py:function. Repeatable (weighted sum).")]
+RewardModel = Annotated[Optional[str], typer.Option("--reward-model", help="A reward model folder (rlft reward) "
+                                                    "as a reward; alone unless --verifier is given too.")]
+Preflight = Annotated[Optional[bool], typer.Option("--preflight/--no-preflight", help="Probe the model first and "
+                                                   "refuse when too few groups have mixed rewards (default on).")]
+FilterPrompts = Annotated[bool, typer.Option("--filter-prompts", help="Train only on prompts whose pre-flight "
+                                             "group had mixed rewards.")]
+HeldoutAfter = Annotated[Optional[str], typer.Option("--eval-data", help="Held-out rows: greedy pass@1 after "
+                                                     "training.")]
+
+# Options of the other commands.
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output_dir.")]
-Resume = Annotated[bool, typer.Option("--resume", help="Continue from the last checkpoint in output_dir.")]
-OnAlarm = Annotated[Optional[str], typer.Option("--on-alarm", help="warn (default) or stop: stop saves a "
-                                                "checkpoint and ends the run when an alarm fires.")]
-Holdout = Annotated[Optional[str], typer.Option("--holdout", help="Held-out prompts + gold, scored greedily "
-                                                "every watch.holdout_every steps (reward-hacking check).")]
 AsChat = Annotated[bool, typer.Option("--as-chat", help="Wrap plain-string prompts as a user message, so the "
                                       "model's chat template is applied.")]
-HoldoutVerifier = Annotated[Optional[str], typer.Option("--holdout-verifier", help="Verifier for --holdout "
-                                                        "(default math).")]
+
+# Every training flag's config key, by parameter name ({method}: the command's own section). The flag's
+# spelling (for the origin a config error names) is read from the declared option, so it is written once.
+CONFIG_KEYS = {
+    "data": "data.train", "pairs": "data.train", "feedback": "data.train", "prompts": "data.train",
+    "eval_data": "data.eval", "model": "model.name_or_path", "output_dir": "train.output_dir",
+    "max_steps": "train.max_steps", "epochs": "train.num_train_epochs", "lr": "train.learning_rate",
+    "batch_size": "train.per_device_train_batch_size", "seed": "train.seed", "lora": "model.lora.enabled",
+    "on_alarm": "watch.on_alarm", "holdout": "watch.holdout", "holdout_verifier": "watch.holdout_verifier",
+    "beta": "{method}.beta", "desirable_weight": "{method}.desirable_weight",
+    "undesirable_weight": "{method}.undesirable_weight", "verifier": "{method}.verifiers",
+    "reward_model": "{method}.reward_model", "num_generations": "{method}.num_generations",
+    "preflight": "{method}.preflight", "filter_prompts": "{method}.filter_prompts",
+    "max_memory": "{method}.max_memory_gb", "teacher": "{method}.teacher_model_name_or_path",
+}
+# The options that steer the command rather than set a config value.
+CONTROLS = ("recipe", "set_", "print_config", "overwrite", "resume", "dry_run")
 
 
-def flags_of(**pairs) -> dict:
-    """{dotted.key: (value, origin)} for the flags the user actually passed."""
-    names = {"data.train": "--data", "data.eval": "--eval-data", "model.name_or_path": "--model",
-             "train.output_dir": "--output-dir", "train.max_steps": "--max-steps",
-             "train.num_train_epochs": "--epochs", "train.learning_rate": "--lr",
-             "train.per_device_train_batch_size": "--batch-size", "train.seed": "--seed",
-             "model.lora.enabled": "--lora", "grpo.verifiers": "--verifier",
-             "grpo.num_generations": "--num-generations", "grpo.preflight": "--preflight",
-             "grpo.filter_prompts": "--filter-prompts", "dpo.beta": "--beta", "watch.on_alarm": "--on-alarm",
-             "watch.holdout": "--holdout", "watch.holdout_verifier": "--holdout-verifier",
-             "grpo.reward_model": "--reward-model", "ppo.verifiers": "--verifier",
-             "ppo.reward_model": "--reward-model", "ppo.max_memory_gb": "--max-memory",
-             "kto.beta": "--beta", "kto.desirable_weight": "--desirable-weight",
-             "kto.undesirable_weight": "--undesirable-weight", "rloo.verifiers": "--verifier",
-             "rloo.num_generations": "--num-generations", "rloo.preflight": "--preflight",
-             "rloo.filter_prompts": "--filter-prompts", "rloo.reward_model": "--reward-model",
-             "distill.teacher_model_name_or_path": "--teacher"}
-    return {key: (value, names.get(key, key)) for key, value in pairs.items() if value is not None}
+def config_flags(ctx: typer.Context, method: str) -> dict:
+    """{dotted.key: (value, "--flag")} for the options the user gave, from `ctx.params` and CONFIG_KEYS.
+
+    An option at its declared default of None or False, or a repeatable one never given (click's empty tuple),
+    was not given; repeatable options come as lists. With
+    a reward model and no verifier, the reward model is the only reward (`{method}.verifiers` = [])."""
+    spelled = {p.name: p.opts[0] for p in ctx.command.params}
+    defaults = {p.name: p.default for p in ctx.command.params}
+    flags = {}
+    for name, value in ctx.params.items():
+        if name in CONTROLS or value is None or value == () or (value is False and defaults[name] is False):
+            continue
+        flags[CONFIG_KEYS[name].format(method=method)] = (list(value) if isinstance(value, tuple) else value,
+                                                           spelled[name])
+    if ctx.params.get("reward_model") and not ctx.params.get("verifier"):
+        flags[f"{method}.verifiers"] = ([], spelled["reward_model"])
+    return flags
 
 
-def common_flags(eval_data, model, output_dir, max_steps, epochs, lr, batch_size, seed, lora, on_alarm,
-                  holdout, holdout_verifier) -> dict:
-    """The dotted config keys of the options every training command shares."""
-    return {"data.eval": eval_data, "model.name_or_path": model, "train.output_dir": output_dir,
-            "train.max_steps": max_steps, "train.num_train_epochs": epochs, "train.learning_rate": lr,
-            "train.per_device_train_batch_size": batch_size, "train.seed": seed, "model.lora.enabled": lora,
-            "watch.on_alarm": on_alarm, "watch.holdout": holdout, "watch.holdout_verifier": holdout_verifier}
+def train(ctx: typer.Context, method: str, dry_run: Callable | None = None) -> None:
+    """The body of every training command: flags -> config -> the early checks -> the method -> exit code.
+    With --dry-run, `dry_run(cfg)` prints the plan instead (the early checks are skipped: nothing runs)."""
+    p = ctx.params
+    planning = bool(p.get("dry_run"))
+    cfg = resolve_config(method, p["recipe"], config_flags(ctx, method), p["set_"], p["print_config"], p["resume"],
+                         p["overwrite"], check=not planning)
+    if planning:
+        dry_run(cfg)
+        raise typer.Exit(0)
+    finish(run_method(cfg, p["overwrite"], p["resume"]))
 
 
 def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, resume: bool = False,

@@ -45,6 +45,21 @@ def plan(cfg, section: str, n_prompts: int) -> dict[str, Any]:
             "rollouts_per_sft_row": g}
 
 
+def plan_text(cfg, section: str) -> str:
+    """`rlft grpo --dry-run`: the plan of the run's prompts (read and gold-checked, no model loaded), as text."""
+    from rlft.data import read_many
+
+    rows = read_many(cfg.data.train, fields=cfg.data.fields, split=cfg.data.split, max_rows=cfg.data.max_rows)
+    validate_gold(rows, list(cfg.values[section]["verifiers"]))
+    p = plan(cfg, section, len(rows))
+    return (f"{section.upper()} plan: {p['steps']} steps x {p['prompts_per_step']} prompts x "
+            f"G={p['num_generations']} = {p['rollouts']:,} sampled completions\n"
+            f"generated tokens: at most {p['max_generated_tokens']:,} "
+            f"({p['rollouts']:,} x max_completion_length {cfg.values[section]['max_completion_length']})\n"
+            f"SFT on the same prompts would train on {p['sft_rows_same_prompts']:,} rows, one target each: "
+            f"{section.upper()} samples {p['rollouts_per_sft_row']}x as many sequences, and needs no written answers")
+
+
 def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepared:
     """Validate gold, load the model, pre-flight, filter prompts (the kept rows are returned, the caller's
     list is left as it was)."""
