@@ -76,7 +76,11 @@ def group_rl(num_generations: Field, beta: Field) -> dict[str, Field]:
         "preflight": Field("bool", True, "probe the model before training; refuse when it cannot learn",
                            rlft_only=True),
         "preflight_prompts": Field("int", 32, "prompts sampled by the pre-flight", minimum=1, rlft_only=True),
-        "min_mixed_fraction": Field("float", 0.1, "pre-flight refuses below this share of mixed groups",
+        "preflight_max_prompts": Field("int", 128, "pre-flight: prompts it may sample, doubling from "
+                                       "preflight_prompts, while the mixed share is within noise of the threshold",
+                                       minimum=1, rlft_only=True),
+        "min_mixed_fraction": Field("float", 0.1, "pre-flight refuses when the mixed share is clearly below this "
+                                    "(its 90% interval's upper bound under it)",
                                     minimum=0.0, maximum=1.0, rlft_only=True),
         "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
                                 rlft_only=True),
