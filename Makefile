@@ -118,7 +118,7 @@ pipeline-distill: install
 	$(PIPE) distill --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) \
 		--teacher-recipe $(TEACHER_RECIPE) --prompts $(PROMPTS) --heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
 
-# The main job: offline, tiny model, shipped data, all three pipelines, one table.
+# The main job: offline, tiny model, shipped data, every stage of the pipelines (9 runs), one table.
 demo: install
 	$(PIPE) demo --out $(OUT)
 

@@ -1,4 +1,4 @@
-"""rlft: LLM fine-tuning recipes (SFT, DPO, GRPO, reward model + PPO) on Hugging Face TRL.
+"""rlft: LLM fine-tuning recipes (SFT, DPO, KTO, GRPO, RLOO, reward model + PPO, distillation) on Hugging Face TRL.
 
 Importing this package must stay cheap: no torch, transformers, trl or datasets here.
 """

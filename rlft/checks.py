@@ -48,13 +48,13 @@ def probe_model(name_or_path: str, revision: str | None = None, trust_remote_cod
     """Check that a model loads, reading no weights; returns its transformers config, or for a peft adapter
     folder its adapter_config.json (a dict; the base model is probed too)."""
     from rlft.model_probe import check_folder, load_problem, read_config
-    from rlft.models import _adapter_base, resolve_model_path
+    from rlft.models import adapter_base, resolve_model_path
 
     path = Path(resolve_model_path(name_or_path))
     if path.is_dir():
         if (path / "adapter_config.json").exists():
             adapter = read_config(path / "adapter_config.json", name_or_path, flag, need_type=False)
-            probe_model(_adapter_base(str(path)), None, trust_remote_code, f"{flag} (adapter base)")
+            probe_model(adapter_base(str(path)), None, trust_remote_code, f"{flag} (adapter base)")
             return adapter
         check_folder(path, name_or_path, flag)
     from rlft.quiet import quiet_libraries

@@ -5,12 +5,13 @@ with its file, line and field, and so `rlft choose`/`data lint` can read 10k row
 `datasets`. Parquet files and hub dataset names go through `datasets.load_dataset` (rows are then numbered
 from 1). Validation reports every bad row at once, before any model loads and before anything is written.
 
-Row shapes (canonical column names; `data.fields` renames a file's columns to these):
-  sft          prompt + completion (strings or message lists), or messages (a chat with an assistant turn)
-  preference   prompt + chosen + rejected (strings or message lists)
-  verifiable   prompt + gold fields (answer, label, ...), used by eval, GRPO, PPO, RLOO
-  thumbs       prompt + completion (strings or message lists) + label true/false (KTO)
-  prompts      prompt only (distillation: the student writes the completions)
+Row kinds, named by the signal they carry as in `rlft data lint` and `rlft choose` (canonical column names;
+`data.fields` renames a file's columns to these):
+  demonstrations  prompt + completion (strings or message lists), or messages (a chat with an assistant turn)
+  pairs           prompt + chosen + rejected (strings or message lists)
+  verifiable      prompt + gold fields (answer, label, ...), used by eval, GRPO, PPO, RLOO
+  thumbs          prompt + completion (strings or message lists) + label true/false (KTO)
+  prompts         prompt only (distillation: the student writes the completions)
 """
 
 from __future__ import annotations
@@ -405,7 +406,7 @@ def validate_prompts(rows: list[Row]) -> None:
         raise DataError(problems, _FIXES["prompts"])
 
 
-VALIDATORS = {"sft": validate_sft, "preference": validate_preference, "thumbs": validate_thumbs,
+VALIDATORS = {"demonstrations": validate_sft, "pairs": validate_preference, "thumbs": validate_thumbs,
               "prompts": validate_prompts,
               # gold fields depend on the verifier: the method checks them (rlft.verifiers.loading.validate_gold)
               "verifiable": lambda rows: _validate_columns(rows)}
@@ -419,7 +420,7 @@ def _validate_columns(rows: list[Row]) -> None:
 
 
 def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], list[Row]]:
-    """Read and validate train (and eval) rows for a method; returns (train_rows, eval_rows)."""
+    """Read and validate train (and eval) rows of `kind` (a method's KIND); returns (train_rows, eval_rows)."""
     if not data_cfg.train:
         raise UserError("no training data given", "pass --data FILE (or set data.train in the recipe)")
     kwargs = dict(fields=data_cfg.fields, split=data_cfg.split)
@@ -437,7 +438,7 @@ def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], lis
     if data_cfg.max_rows:
         train = train[: data_cfg.max_rows]
     if data_cfg.get("as_chat"):
-        from rlft.chat import wrap_as_chat
+        from rlft.chat_templates import wrap_as_chat
 
         train, evals = wrap_as_chat(train), wrap_as_chat(evals)
     if not evals and data_cfg.eval_fraction:
@@ -453,8 +454,8 @@ def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], lis
 
 
 _FIXES = {
-    "sft": "SFT rows need prompt + completion, or messages with an assistant turn",
-    "preference": "preference rows need prompt, chosen and rejected, with chosen != rejected",
+    "demonstrations": "SFT rows need prompt + completion, or messages with an assistant turn",
+    "pairs": "preference rows need prompt, chosen and rejected, with chosen != rejected",
     "verifiable": "rows need prompt and the gold fields",
     "thumbs": "thumbs rows need prompt, completion and label (JSON true or false)",
     "prompts": "rows need a prompt (a string or a list of messages)",

@@ -137,10 +137,10 @@ def load_source(source: str):
     from transformers import AutoConfig
 
     from rlft.config import Section
-    from rlft.models import _adapter_base, load_model, load_tokenizer, resolve_model_path
+    from rlft.models import adapter_base, load_model, load_tokenizer, resolve_model_path
 
     path = resolve_model_path(source)
-    base = _adapter_base(path)
+    base = adapter_base(path)
     try:
         config = AutoConfig.from_pretrained(base or path)
     except OSError as exc:

@@ -45,11 +45,11 @@ def merge_run(run: str | Path, out: str | Path, dtype: str = "float32", overwrit
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from rlft.models import _adapter_base, load_tokenizer, torch_dtype
+    from rlft.models import adapter_base, load_tokenizer, torch_dtype
 
     adapter_cfg = check_merge(run, out, dtype, overwrite)
     run, out = Path(run), Path(out)
-    base = _adapter_base(str(run))
+    base = adapter_base(str(run))
     score = json.loads(adapter_cfg.read_text()).get("task_type") == "SEQ_CLS"
     auto = AutoModelForSequenceClassification if score else AutoModelForCausalLM
     kwargs = {"num_labels": 1} if score else {}

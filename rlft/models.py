@@ -112,7 +112,7 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, trust_remote_
     from transformers import AutoTokenizer
 
     path = resolve_model_path(name_or_path)
-    base = _adapter_base(path) or path
+    base = adapter_base(path) or path
     try:
         tok = AutoTokenizer.from_pretrained(path if _has_tokenizer(path) else base, revision=revision,
                                             trust_remote_code=trust_remote_code)
@@ -152,7 +152,7 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
                                   trust_remote_code=model_cfg.trust_remote_code)
     if model_cfg.load_in_4bit:
         kwargs["quantization_config"] = _bnb_config(dtype)
-    base = _adapter_base(path)
+    base = adapter_base(path)
     auto = AutoModelForCausalLM
     if head == "score":
         auto = AutoModelForSequenceClassification
@@ -315,7 +315,7 @@ def _has_tokenizer(path: str) -> bool:
     return not p.exists() or any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
 
 
-def _adapter_base(path: str) -> str | None:
+def adapter_base(path: str) -> str | None:
     """For a peft adapter folder, the base model it was trained on; None otherwise."""
     cfg = Path(path) / "adapter_config.json"
     if not cfg.exists():

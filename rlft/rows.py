@@ -2,7 +2,7 @@
 fields, and which registered verifier can read a file's gold values.
 
 Pure and fast (standard library; the verifier registry is imported lazily). Shared by rlft/lint.py (`rlft
-data lint`) and rlft/choose_data.py (`rlft choose --data`).
+data lint`) and rlft/choose/from_data.py (`rlft choose --data`).
 """
 
 from __future__ import annotations
@@ -91,17 +91,9 @@ def gold_field_names() -> tuple[str, ...]:
 
 
 def verifier_registry() -> dict[str, Any]:
-    """`rlft.verifiers.REGISTRY`, or {} while that package does not exist yet."""
-    try:
-        from rlft.verifiers import REGISTRY
-    except ModuleNotFoundError as exc:
-        if exc.name in ("rlft.verifiers",):
-            return {}
-        raise
-    except ImportError as exc:  # the package exists but has no REGISTRY yet
-        if "REGISTRY" in str(exc):
-            return {}
-        raise
+    """`rlft.verifiers.REGISTRY` (imported here, not at module level: `rlft data lint` without gold needs none)."""
+    from rlft.verifiers import REGISTRY
+
     return REGISTRY
 
 

@@ -1,4 +1,4 @@
-"""`rlft choose`: the rules (rlft/choose.py) as a table of scenarios, flags and data files, each rule both ways.
+"""`rlft choose`: the rules (rlft/choose/rules.py) as a table of scenarios, flags and data files, each rule both ways.
 
 Each scenario runs the real command (a local Typer app registers it, as rlft/cli.py does) with --json and
 checks the method, the warning codes that must and must not appear, and the next command.
@@ -20,8 +20,8 @@ import typer
 from conftest import DATA, ROOT, write_jsonl
 from typer.testing import CliRunner
 
-from rlft.choose import PAIRS_USUAL, RECIPES_REAL, RECIPES_TINY, Signal, recommend
-from rlft.choose_commands import RECIPES_SMOLLM2, recipe_for
+from rlft.choose.next_commands import RECIPES_SMOLLM2, recipe_for
+from rlft.choose.rules import PAIRS_USUAL, RECIPES_REAL, RECIPES_TINY, Signal, recommend
 from rlft.commands import choose as choose_cmd
 from rlft.commands.choose import choose
 from rlft.commands.data import data_app
@@ -483,13 +483,6 @@ def test_interactive_base_model_verifier(monkeypatch):
 
 
 # --------------------------------------------------------------------------- pre-flight (--model)
-
-def test_model_without_preflight_module_is_a_clear_user_error(monkeypatch, files):
-    monkeypatch.setitem(sys.modules, "rlft.preflight", None)  # as if the module did not exist
-    r = run_choose("--data", files["math600"], "--model", "tiny")
-    assert isinstance(r.exception, UserError)
-    assert "pre-flight needs the GRPO issue's rlft.preflight" in r.exception.message
-
 
 @pytest.mark.parametrize("pass_rate, mixed, method, code", [(0.0, 0.0, "sft", "never_passes"),
                                                             (0.4, 0.6, "grpo", None),

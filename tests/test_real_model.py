@@ -56,7 +56,7 @@ def sft_run(tmp_path_factory, smollm2):
 
 
 def test_smollm2_converted_folder(smollm2):
-    from rlft.chat import end_of_turn_token, stop_token_ids
+    from rlft.chat_templates import end_of_turn_token, stop_token_ids
     from rlft.models import load_tokenizer
 
     config = json.loads(open(f"{smollm2}/config.json").read())

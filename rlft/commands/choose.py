@@ -2,7 +2,7 @@
 
 Three ways in: flags (`--signal pairs --rows 2000`), data (`--data FILE`, read and linted, the signal
 inferred from the rows), or, with neither, questions on a terminal (without one it prints what it needs
-and exits 2). The rules are in rlft/choose.py; this module only parses, asks and prints. It imports no
+and exits 2). The rules are in rlft/choose/rules.py; this module only parses, asks and prints. It imports no
 torch: the pre-flight (`--model` with verifiable data) is the one step that loads a model, through a
 lazy import of rlft.preflight.
 """
@@ -101,8 +101,8 @@ def choose(
     as_chat: AsChat = False,
 ) -> None:
     """Recommend SFT, DPO, KTO, GRPO, RLOO, reward model + PPO or distillation, and the exact next command."""
-    from rlft.choose import Signal, recommend
-    from rlft.choose_data import get_verifier, infer_signal, preflight
+    from rlft.choose.from_data import get_verifier, infer_signal, preflight
+    from rlft.choose.rules import Signal, recommend
 
     kind = signal.value if signal else None
     common = {"has_sft_model": sft_model, "budget": budget.value if budget else None, "model": model,
@@ -125,7 +125,7 @@ def choose(
             if not s.verifier:
                 raise UserError("the pre-flight needs a verifier and none was recognised for these rows",
                                 "pass --verifier NAME")
-            from rlft.chat import wrap_as_chat
+            from rlft.chat_templates import wrap_as_chat
 
             preflight(s, num_generations=num_generations, max_prompts=max_prompts,
                       rows=wrap_as_chat(s.data_rows) if as_chat else None)

@@ -43,7 +43,7 @@ def lint(
 ) -> None:
     """Lint training data: identical or duplicate pairs, empty fields, prompt leaks, length bias, unparseable
     gold values, constant ratings, non-boolean or one-sided thumbs labels. Exit 1 when any finding is an error."""
-    from rlft.choose_data import get_verifier
+    from rlft.choose.from_data import get_verifier
     from rlft.data import read_rows
     from rlft.errors import UserError
     from rlft.lint import has_errors, lint_rows

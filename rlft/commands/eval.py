@@ -24,7 +24,7 @@ def eval_(
     as_chat: AsChat = False,
 ) -> None:
     """Greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples)."""
-    from rlft.chat import wrap_as_chat
+    from rlft.chat_templates import wrap_as_chat
     from rlft.checks import check_generation, probe_model
     from rlft.data import read_rows, validate_verifiable
 
@@ -44,7 +44,7 @@ def eval_(
 
     probe_model(model)
     quiet_libraries()
-    from rlft.chat import plain_prompt_note
+    from rlft.chat_templates import plain_prompt_note
     from rlft.evaluate import evaluate_rows, exact_match
     from rlft.models import load_for_inference, load_tokenizer
 

@@ -306,8 +306,8 @@ def load_run_tokenizer(cfg: RunConfig):
 
 
 def note_plain_prompts(cfg: RunConfig, rows, console: Console) -> None:
-    """Say so before training when plain-string prompts meet a model with a chat template (rlft.chat)."""
-    from rlft.chat import has_plain_prompts, plain_prompt_note
+    """Say so before training when plain-string prompts meet a model with a chat template (rlft.chat_templates)."""
+    from rlft.chat_templates import has_plain_prompts, plain_prompt_note
 
     if cfg.data.get("as_chat") or not has_plain_prompts(rows):
         return

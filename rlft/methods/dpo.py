@@ -14,7 +14,7 @@ from pathlib import Path
 from rlft.config import RunConfig
 from rlft.methods.common import Prepared, build_trl_config, clamp_max_length, load_run_tokenizer
 
-KIND = "preference"
+KIND = "pairs"
 COLUMNS = ("prompt", "chosen", "rejected")
 
 

@@ -43,11 +43,11 @@ def param_counts(cfg: RunConfig) -> dict[str, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from rlft.models import _adapter_base, resolve_model_path, torch_dtype
+    from rlft.models import adapter_base, resolve_model_path, torch_dtype
 
     m = cfg.model
     path = resolve_model_path(m.name_or_path)
-    base = _adapter_base(path) or path
+    base = adapter_base(path) or path
     config = AutoConfig.from_pretrained(base, revision=m.revision, trust_remote_code=m.trust_remote_code)
     with torch.device("meta"):
         policy = AutoModelForCausalLM.from_config(config, trust_remote_code=m.trust_remote_code)
@@ -60,7 +60,7 @@ def param_counts(cfg: RunConfig) -> dict[str, Any]:
            "lora_params": lora_param_count(policy, m.lora) if m.lora.enabled else 0}
     if cfg.ppo.reward_model:
         rpath = resolve_model_path(cfg.ppo.reward_model)
-        rconfig = AutoConfig.from_pretrained(_adapter_base(rpath) or rpath)
+        rconfig = AutoConfig.from_pretrained(adapter_base(rpath) or rpath)
         rconfig.num_labels = 1
         with torch.device("meta"):
             reward = AutoModelForSequenceClassification.from_config(rconfig)

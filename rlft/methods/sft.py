@@ -4,7 +4,7 @@ Rows are prompt/completion (loss on the completion only, TRL's default for that 
 `messages`. For chats, rlft turns on TRL's assistant-only loss when the chat template marks assistant
 turns with `{% generation %}` (the tiny model's does) or TRL has a training variant of it (Qwen2.5, Llama 3,
 ...); otherwise, unlike TRL (which then learns the whole chat), each chat's last assistant turn is learned
-as a completion (rlft.chat.sft_chat_loss), and the run says so before it starts.
+as a completion (rlft.chat_templates.sft_chat_loss), and the run says so before it starts.
 `sft.assistant_only_loss=false` learns whole chats.
 """
 
@@ -16,7 +16,7 @@ from rlft.config import RunConfig
 from rlft.errors import UserError
 from rlft.methods.common import Prepared, build_trl_config, clamp_max_length, load_run_tokenizer
 
-KIND = "sft"
+KIND = "demonstrations"
 
 
 def sft_columns(rows) -> tuple[str, ...]:
@@ -34,7 +34,7 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
     """The tokenizer; for chats, say before the run folder exists which loss the run will use."""
     tok = load_run_tokenizer(cfg)
     if sft_columns(train_rows + eval_rows) == ("messages",):
-        from rlft.chat import sft_chat_loss
+        from rlft.chat_templates import sft_chat_loss
 
         _, note = sft_chat_loss(tok, cfg.sft.get("assistant_only_loss"))
         if note:
@@ -45,7 +45,7 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
 def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import SFTConfig, SFTTrainer
 
-    from rlft.chat import ASSISTANT_ONLY, LAST_TURN, last_turn_rows, sft_chat_loss
+    from rlft.chat_templates import ASSISTANT_ONLY, LAST_TURN, last_turn_rows, sft_chat_loss
     from rlft.data import to_dataset
     from rlft.models import load_model
 

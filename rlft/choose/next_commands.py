@@ -1,7 +1,8 @@
 """The exact next commands `rlft choose` prints for a recommendation: recipes, flags, derived files.
 
-Strings only: nothing here reads data or runs anything. `s` is a rlft.choose.Signal and `r` a
-rlft.choose.Recommendation (typed Any here so that this module does not import the rules it serves).
+Strings only: nothing here reads data or runs anything. `s` is a rlft.choose.rules.Signal and `r` a
+rlft.choose.rules.Recommendation, typed Any: rules.py imports this module, and a type-only import back would
+still be a cycle for a reader (tests/test_structure.py counts it as one).
 """
 
 from __future__ import annotations

@@ -1,16 +1,15 @@
 """What `rlft choose --data` reads: the signal inferred from data files, and the pre-flight with `--model`.
 
 Reads and lints rows (no torch); only `preflight` loads a model, through a lazy import of rlft.preflight.
-The rules that turn the Signal into a recommendation are in rlft/choose.py.
+The rules that turn the Signal into a recommendation are in rlft/choose/rules.py.
 """
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any
 
-from rlft.choose import KIND_TO_SIGNAL, PRIORITY, Signal
+from rlft.choose.rules import KIND_TO_SIGNAL, PRIORITY, Signal
 from rlft.errors import UserError
 from rlft.lint import lint_rows, rating_stats
 from rlft.rows import completion_field, pick_verifier, rating_field, row_kinds, verifier_registry
@@ -19,21 +18,13 @@ from rlft.rows import completion_field, pick_verifier, rating_field, row_kinds, 
 
 def get_verifier(name: str) -> Any:
     """The verifier a --verifier value names: a registered name, or whatever rlft.verifiers.resolve takes
-    (NAME:WEIGHT, path/to/file.py:function); UserError with a "did you mean" when it names none."""
+    (NAME:WEIGHT, path/to/file.py:function); resolve's UserError (with a "did you mean") when it names none."""
     registry = verifier_registry()
-    if not registry:
-        raise UserError(f"no verifier registry yet: cannot look up '{name}'", "rlft.verifiers must define REGISTRY")
     if name in registry:
         return registry[name]
-    try:
-        from rlft.verifiers import resolve
-    except ImportError:
-        resolve = None
-    if resolve is not None:
-        return resolve(name)[0]
-    close = difflib.get_close_matches(name, list(registry), n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    raise UserError(f"unknown verifier '{name}'", f"{hint}registered: {', '.join(registry)}")
+    from rlft.verifiers import resolve
+
+    return resolve(name)[0]
 
 
 def infer_signal(paths: list[str], verifier: str | None = None, **flags: Any) -> Signal:
@@ -92,15 +83,9 @@ def infer_signal(paths: list[str], verifier: str | None = None, **flags: Any) ->
 
 
 def preflight(s: Signal, num_generations: int = 8, max_prompts: int = 64, rows: list | None = None) -> Signal:
-    """Measure pass rate and mixed-group share with the GRPO issue's rlft.preflight (imported lazily)."""
-    try:
-        from rlft.preflight import run_preflight
-    except ModuleNotFoundError as exc:
-        if exc.name != "rlft.preflight":
-            raise
-        raise UserError("pre-flight needs the GRPO issue's rlft.preflight, which is not installed here",
-                        "drop --model for advice without a measurement, or pass the numbers you measured "
-                        "with --pass-rate and --mixed-fraction") from exc
+    """Measure pass rate and mixed-group share with rlft.preflight (imported here: it loads the model)."""
+    from rlft.preflight import run_preflight
+
     result = run_preflight(s.model, rows or s.data_rows, s.verifier, num_generations, max_prompts)
     s.pass_rate = float(result.pass_rate)
     s.mixed_fraction = float(result.mixed_fraction) if result.mixed_fraction is not None else None

@@ -1,13 +1,12 @@
 """The method recommender: SFT, DPO, KTO, GRPO, RLOO, reward model + PPO or distillation, from the signal.
 
 Pure and fast: no torch, transformers, trl or datasets here (a test checks it), so `rlft choose --data` on
-10k rows answers in well under half a second. Three parts:
+10k rows answers in well under half a second. Its parts (reading data files into a Signal is
+rlft/choose/from_data.py's `infer_signal`; the printed commands are rlft/choose/next_commands.py's):
 
   `Signal`          what the user has: its kind, how many rows, whether an SFT'd model exists, the budget,
                     the verifier (and whether it checks format only), the lint findings on the data, and,
                     after a pre-flight, the measured pass rate and mixed-group fraction.
-  `infer_signal`    reads data files and fills a Signal from the evidence (row shapes, gold fields a
-                    registered verifier can parse, ratings, lint), not from column names alone.
   `recommend`       applies `RULES` in order, each a small function that reads the Signal and edits the
                     Recommendation: the method, why, what it needs, how it fails, what to watch, warnings,
                     and the exact commands to run next.
@@ -41,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from rlft.choose_commands import RECIPES_REAL, RECIPES_TINY, build_commands, recipe_for  # noqa: F401
+from rlft.choose.next_commands import RECIPES_REAL, RECIPES_TINY, build_commands, recipe_for  # noqa: F401
 from rlft.errors import UserError
 from rlft.lint import Finding
 from rlft.rows import verifier_registry
