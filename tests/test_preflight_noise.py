@@ -59,3 +59,15 @@ def test_probe_stops_as_soon_as_the_verdict_is_clear(monkeypatch, rule, verdict,
     monkeypatch.setattr(preflight, "_sample", sample)
     r = probe(None, None, ROWS, None, num_generations=4, max_prompts=32, min_mixed=0.1, max_prompts_cap=256)
     assert (r.verdict, r.prompts, r.within_noise) == (verdict, prompts, False)
+
+
+def test_choose_does_not_send_a_within_noise_share_back_to_sft():
+    from rlft.choose.rules import Signal, recommend
+
+    measured = dict(kind="verifier", rows=2000, has_sft_model=True, verifier="math", pass_rate=0.38)
+    noisy = recommend(Signal(**measured, mixed_fraction=3 / 32, mixed_interval=wilson(3, 32), preflight_prompts=32))
+    clear = recommend(Signal(**measured, mixed_fraction=0.0, mixed_interval=wilson(0, 64), preflight_prompts=64))
+    assert noisy.method in ("grpo", "rloo"), noisy.as_dict()
+    text = str(noisy.as_dict())
+    assert "zero_signal_within_noise" in text and "90% interval 4%-21% over 32 prompts" in text
+    assert clear.method == "sft" and "'zero_signal'" in str(clear.as_dict())
