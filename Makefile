@@ -32,7 +32,7 @@ RECIPES ?=
 # VERIFIER scores the held-out rows (default math) and, when set, replaces the GRPO recipe's reward.
 VERIFIER ?=
 HELDOUT_TOKENS ?= 8
-PIPE = $(BIN)/python -m rlft.pipeline
+PIPE = $(BIN)/python -m scripts.pipeline
 PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
 .PHONY: install install-real test test-slow test-real lint bench bench-real mutate demo demo-real pipeline-dpo pipeline-grpo \
@@ -70,7 +70,7 @@ test-real: install-real
 	$(BIN)/python -m pytest -q -m real
 
 lint: install
-	$(BIN)/ruff check rlft tests bench
+	$(BIN)/ruff check rlft tests bench scripts
 
 # Every benchmark runs, even after one misses its goal; the list of misses comes last (exit 1 if any).
 bench: install
@@ -94,7 +94,7 @@ bench-real: install-real
 REAL_OUT ?= runs/demo-real
 GRPO_STEPS ?= 0
 demo-real: install-real
-	OMP_NUM_THREADS=1 $(BIN)/python -m rlft.demo_real --out $(REAL_OUT) --grpo-steps $(GRPO_STEPS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.demo_real --out $(REAL_OUT) --grpo-steps $(GRPO_STEPS)
 
 # Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install

@@ -5,7 +5,7 @@ and with an SFT term (RPO) or SFT alone on the chosen answers, each from recipes
 
 Every run is `rlft dpo --recipe recipes/dpo_tiny.yaml --model BASE --set train.learning_rate=LR
 --set train.seed=SEED [--set dpo.loss_type=...]` (200 steps), then greedy pass@1 on data/arith/test.jsonl
-(200 rows, 8 new tokens) through rlft.pipeline.heldout_pass_at_1, the scorer the demo table uses. Not part of
+(200 rows, 8 new tokens) through rlft.evaluate.heldout_pass_at_1, the scorer the demo table uses. Not part of
 `make bench` (no goal, ~10 runs of ~30 s each on one thread): it prints one row per run and exits 1 when a run
 fails. BASE defaults to the short SFT of the tiny model, built once into a temporary folder.
 """
@@ -38,7 +38,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from rlft.pipeline import heldout_pass_at_1
+    from rlft.evaluate import heldout_pass_at_1
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="sweep-dpo-") as tmp:

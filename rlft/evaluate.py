@@ -110,3 +110,18 @@ def evaluate_rows(model, tok, rows: list[dict], scorer: Callable = exact_match, 
         result.sampled_pass_rate = sum(r >= 1.0 for r in sampled) / max(len(sampled), 1)
         result.k = samples
     return result
+
+
+def heldout_pass_at_1(model: str, heldout: str, verifier: str = "math", max_new_tokens: int = 8) -> float:
+    """Greedy pass@1 of `model` on `heldout`, scored by `verifier` (a registered name or file.py:function)."""
+    from rlft.data import read_rows
+    from rlft.models import load_for_inference, load_tokenizer
+    from rlft.quiet import quiet_libraries
+    from rlft.verifiers.loading import load_verifiers
+
+    quiet_libraries()
+    scorer, _ = load_verifiers([verifier])
+    tok = load_tokenizer(model)
+    net = load_for_inference(model)
+    return evaluate_rows(net, tok, [r.data for r in read_rows(heldout)], scorer=scorer,
+                         max_new_tokens=max_new_tokens).pass_at_1

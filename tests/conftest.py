@@ -1,27 +1,13 @@
-"""Shared fixtures: the tiny model is built once per test session into a private cache."""
+"""Shared fixtures: the tiny model is built once per test session into a private cache.
+
+Shared helpers (paths, write_jsonl, CliResult) are in tests/helpers.py; import them from there."""
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "data"
-
-
-@dataclass
-class CliResult:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def text(self) -> str:
-        return self.out + self.err
+from helpers import DATA, ROOT, CliResult
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -52,11 +38,6 @@ def cli(capsys):
         return CliResult(code, out, err)
 
     return run
-
-
-def write_jsonl(path: Path, rows) -> Path:
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import dataclasses
 import doctest
 
 import pytest
+from helpers import FIXTURES
 
 from rlft import alarms
 from rlft.alarms import RULES, Thresholds, check
@@ -234,66 +235,17 @@ def test_length_hacking_quiet(lengths, heldout):
 
 
 # ----------------------------------------------------------------------------- real histories
-# Logged by the tiny model after recipes/sft_tiny_short.yaml (rounded to 3 places): GRPO with the math
-# verifier (recipes/grpo_math_tiny.yaml, 600 steps, held-out 0.535 -> 0.795) and GRPO against a tiny reward
-# model (recipes/reward_tiny.yaml, pair accuracy 0.54) as the only reward, held-out checked with the math
-# verifier every 25 steps. Per log: (step, reward, reward_std, frac_reward_zero_std, entropy, mean_length,
-# repetition); per check: (step, heldout pass@1).
-MATH_LOGS = [
-    (10, 0.406, 0.49, 0.537, 0.197, 3.636, 0.0), (20, 0.381, 0.475, 0.738, 0.204, 3.587, 0.0), (30, 0.372,
-    0.436, 0.625, 0.201, 3.612, 0.0), (40, 0.461, 0.438, 0.625, 0.194, 3.667, 0.0), (50, 0.423, 0.491, 0.637,
-    0.196, 3.558, 0.0), (60, 0.389, 0.476, 0.525, 0.21, 3.602, 0.0), (70, 0.466, 0.473, 0.5, 0.214, 3.597, 0.0),
-    (80, 0.445, 0.476, 0.588, 0.195, 3.652, 0.0), (90, 0.477, 0.488, 0.6, 0.19, 3.656, 0.0), (100, 0.597, 0.479,
-    0.45, 0.176, 3.619, 0.0), (110, 0.498, 0.485, 0.512, 0.187, 3.553, 0.0), (120, 0.463, 0.481, 0.45, 0.212,
-    3.67, 0.0), (130, 0.489, 0.491, 0.412, 0.205, 3.556, 0.0), (140, 0.505, 0.468, 0.525, 0.202, 3.655, 0.0),
-    (150, 0.505, 0.442, 0.562, 0.198, 3.702, 0.0), (160, 0.58, 0.485, 0.412, 0.183, 3.656, 0.0), (170, 0.484,
-    0.479, 0.575, 0.197, 3.519, 0.0), (180, 0.553, 0.481, 0.562, 0.177, 3.673, 0.0), (190, 0.566, 0.485, 0.438,
-    0.191, 3.581, 0.0), (200, 0.48, 0.488, 0.475, 0.196, 3.62, 0.0), (210, 0.503, 0.474, 0.537, 0.194, 3.647,
-    0.0), (220, 0.541, 0.492, 0.463, 0.194, 3.611, 0.0), (230, 0.542, 0.485, 0.412, 0.214, 3.587, 0.0), (240,
-    0.591, 0.481, 0.463, 0.188, 3.594, 0.0), (250, 0.611, 0.465, 0.525, 0.173, 3.652, 0.0), (260, 0.62, 0.471,
-    0.475, 0.193, 3.536, 0.0), (270, 0.68, 0.455, 0.35, 0.201, 3.605, 0.0), (280, 0.652, 0.464, 0.525, 0.162,
-    3.644, 0.0), (290, 0.547, 0.479, 0.425, 0.196, 3.559, 0.0), (300, 0.609, 0.483, 0.625, 0.176, 3.598, 0.0),
-    (310, 0.689, 0.453, 0.45, 0.159, 3.716, 0.0), (320, 0.711, 0.444, 0.55, 0.163, 3.594, 0.0), (330, 0.584,
-    0.477, 0.425, 0.189, 3.722, 0.0), (340, 0.623, 0.471, 0.55, 0.177, 3.669, 0.0), (350, 0.716, 0.438, 0.5,
-    0.163, 3.616, 0.0), (360, 0.691, 0.424, 0.45, 0.161, 3.692, 0.0), (370, 0.633, 0.47, 0.45, 0.181, 3.602,
-    0.0), (380, 0.65, 0.459, 0.487, 0.164, 3.653, 0.0), (390, 0.694, 0.453, 0.525, 0.152, 3.692, 0.0), (400,
-    0.619, 0.482, 0.388, 0.177, 3.648, 0.0), (410, 0.605, 0.472, 0.487, 0.164, 3.525, 0.0), (420, 0.63, 0.471,
-    0.475, 0.179, 3.522, 0.0), (430, 0.675, 0.458, 0.475, 0.169, 3.605, 0.0), (440, 0.698, 0.432, 0.412, 0.169,
-    3.602, 0.0), (450, 0.73, 0.438, 0.45, 0.169, 3.589, 0.0), (460, 0.641, 0.463, 0.588, 0.174, 3.592, 0.0),
-    (470, 0.656, 0.456, 0.475, 0.191, 3.625, 0.0), (480, 0.769, 0.409, 0.525, 0.143, 3.636, 0.0), (490, 0.644,
-    0.461, 0.475, 0.173, 3.558, 0.0), (500, 0.756, 0.412, 0.537, 0.154, 3.669, 0.0), (510, 0.738, 0.418, 0.463,
-    0.151, 3.673, 0.0), (520, 0.741, 0.408, 0.537, 0.14, 3.659, 0.0), (530, 0.719, 0.446, 0.55, 0.142, 3.658,
-    0.0), (540, 0.745, 0.432, 0.475, 0.143, 3.633, 0.0), (550, 0.628, 0.468, 0.525, 0.173, 3.534, 0.0), (560,
-    0.706, 0.43, 0.45, 0.153, 3.602, 0.0), (570, 0.734, 0.429, 0.55, 0.142, 3.562, 0.0), (580, 0.73, 0.412,
-    0.45, 0.144, 3.617, 0.0), (590, 0.714, 0.441, 0.463, 0.162, 3.698, 0.0), (600, 0.705, 0.444, 0.475, 0.151,
-    3.628, 0.0),
-]
-MATH_HELDOUT = [
-    (0, 0.535), (50, 0.575), (100, 0.56), (150, 0.675), (200, 0.675), (250, 0.68), (300, 0.715), (350, 0.725),
-    (400, 0.7), (450, 0.73), (500, 0.765), (550, 0.785), (600, 0.795),
-]
-RM_LOGS = [
-    (10, 0.301, 0.369, 0.175, 0.224, 3.661, 0.0), (20, 0.218, 0.434, 0.237, 0.209, 3.627, 0.0), (30, 0.241,
-    0.396, 0.175, 0.228, 3.708, 0.0), (40, 0.307, 0.429, 0.138, 0.277, 4.061, 0.002), (50, 0.349, 0.405, 0.125,
-    0.267, 4.591, 0.033), (60, 0.634, 0.417, 0.1, 0.266, 6.748, 0.149), (70, 0.643, 0.392, 0.25, 0.14, 7.62,
-    0.407), (80, 0.67, 0.379, 0.263, 0.099, 7.839, 0.508), (90, 0.746, 0.351, 0.338, 0.081, 8.0, 0.619), (100,
-    0.813, 0.332, 0.237, 0.073, 8.0, 0.642), (110, 0.842, 0.356, 0.287, 0.062, 8.0, 0.672), (120, 0.823, 0.349,
-    0.3, 0.063, 8.0, 0.635), (130, 0.802, 0.314, 0.388, 0.049, 8.0, 0.706), (140, 0.851, 0.36, 0.375, 0.048,
-    8.0, 0.682), (150, 0.741, 0.383, 0.312, 0.054, 8.0, 0.663), (160, 0.854, 0.322, 0.3, 0.046, 8.0, 0.631),
-    (170, 0.823, 0.33, 0.412, 0.038, 8.0, 0.661), (180, 0.813, 0.347, 0.338, 0.053, 8.0, 0.635), (190, 0.921,
-    0.284, 0.4, 0.038, 8.0, 0.652), (200, 0.871, 0.315, 0.4, 0.038, 8.0, 0.684),
-]
-RM_HELDOUT = [
-    (0, 0.55), (25, 0.26), (50, 0.04), (75, 0.0), (100, 0.0), (125, 0.0), (150, 0.0), (175, 0.0), (200, 0.0),
-]
+# Logged by the tiny model after recipes/sft_tiny_short.yaml, as metrics.jsonl records (rounded to 3 places):
+# tests/fixtures/grpo_math_metrics.jsonl is GRPO with the math verifier (recipes/grpo_math_tiny.yaml, 600 steps,
+# held-out 0.535 -> 0.795); tests/fixtures/grpo_reward_model_metrics.jsonl is GRPO against a tiny reward model
+# (recipes/reward_tiny.yaml, pair accuracy 0.54) as the only reward. Held-out checked with the math verifier
+# (`heldout/pass_at_1` records, every 50 and 25 steps).
 
 
-def real_history(logs_, heldout) -> list[dict]:
-    keys = ("reward", "reward_std", "frac_reward_zero_std", "entropy", "completions/mean_length",
-            "completions/repetition")
-    h = [{"step": row[0], **dict(zip(keys, row[1:]))} for row in logs_]
-    h += [{"step": s, "heldout/pass_at_1": v} for s, v in heldout]
-    return sorted(h, key=lambda r: (r["step"], "heldout/pass_at_1" not in r))
+def real_history(name: str) -> list[dict]:
+    from rlft.run import read_jsonl
+
+    return read_jsonl(FIXTURES / name)
 
 
 def first_alarms(history) -> dict[str, int]:
@@ -306,11 +258,11 @@ def first_alarms(history) -> dict[str, int]:
 
 
 def test_real_math_verifier_run_raises_no_alarm():
-    assert first_alarms(real_history(MATH_LOGS, MATH_HELDOUT)) == {}
+    assert first_alarms(real_history("grpo_math_metrics.jsonl")) == {}
 
 
 def test_real_reward_model_run_raises_the_hacking_alarm_at_the_first_check_after_the_hack():
-    h = real_history(RM_LOGS, RM_HELDOUT)
+    h = real_history("grpo_reward_model_metrics.jsonl")
     # Step 50: held-out 0.55 -> 0.04 with a small reward rise (the held-out-drop branch); step 75: the
     # reward has jumped past 0.4 reward_std and the completions grew (length hacking).
     assert first_alarms(h) == {"reward_hacking": 50, "length_hacking": 75}

@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import DATA, ROOT, write_jsonl
+from helpers import DATA, ROOT, write_jsonl
 
 SFT_DATA = DATA / "arith/sft_train.jsonl"
 PAIRS = DATA / "arith/pairs_train.jsonl"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from conftest import DATA, write_jsonl
+from helpers import DATA, write_jsonl
 
 from rlft.chat_templates import wrap_as_chat
 from rlft.config import resolve

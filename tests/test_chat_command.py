@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA, ROOT
+from helpers import DATA, ROOT
 
 
 def greedy(source: str, prompt, max_new_tokens: int = 256) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import DATA, ROOT, write_jsonl
+from helpers import DATA, ROOT, write_jsonl
 from typer.testing import CliRunner
 
 from rlft.choose.next_commands import RECIPES_SMOLLM2, recipe_for

@@ -1,13 +1,13 @@
-"""`make demo-real` (rlft/demo_real.py): its data and its pipeline, on the tiny model (fast)."""
+"""`make demo-real` (scripts/demo_real.py): its data and its pipeline, on the tiny model (fast)."""
 
 from __future__ import annotations
 
 import json
 
-from conftest import DATA
+from helpers import DATA
 
-from rlft.demo_real import INSTRUCTION, chat_rows, main
 from rlft.verifiers.math import math_reward
+from scripts.demo_real import INSTRUCTION, chat_rows, main
 
 
 def test_word_problems_become_chat_rows_whose_answers_the_math_verifier_reads():

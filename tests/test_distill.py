@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from conftest import DATA, ROOT
+from helpers import DATA, ROOT
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"
 HELDOUT = DATA / "arith/test.jsonl"

@@ -7,7 +7,7 @@ memory or moved) nor a second full copy loaded under LoRA; these assertions do."
 
 from __future__ import annotations
 
-from conftest import DATA
+from helpers import DATA
 
 from rlft.config import resolve
 from rlft.data import read_rows

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import write_jsonl
+from helpers import write_jsonl
 
 TEXT = "The lazy fox: 12+30=42 <|im_end|> hello world"
 # Max abs logit difference against the source, per outtype, on the tiny Llama below (logits up to ~2.7;

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA, ROOT, write_jsonl
+from helpers import DATA, ROOT, write_jsonl
 
 from rlft.thumbs import balance_warning, label_value, recommended_weights
 

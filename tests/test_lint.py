@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 import typer
-from conftest import DATA, write_jsonl
+from helpers import DATA, write_jsonl
 from typer.testing import CliRunner
 
 from rlft.commands.data import data_app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import write_jsonl
+from helpers import write_jsonl
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import json
 import os
 
 import pytest
-from conftest import write_jsonl
 from gguf_tiny import TINY_GGUF_TEMPLATE, write_tiny_gguf
+from helpers import write_jsonl
 
 from rlft.errors import UserError
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 from rlft.config import resolve
 from rlft.errors import UserError

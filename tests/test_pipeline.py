@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_jsonl
+from helpers import write_jsonl
 
-from rlft.pipeline import Pipeline, _alarms
+from scripts.pipeline import Pipeline, _alarms
 
 ROOT = Path(__file__).resolve().parent.parent
 HELDOUT = ROOT / "data/arith/test.jsonl"
@@ -56,7 +56,7 @@ def test_alarms_column_lists_each_alarm_with_its_step(tmp_path):
 
 
 def test_failed_stage_stops_the_pipeline_with_its_exit_code(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "rlft.pipeline", "dpo", "--model", "tiny", "--out", str(tmp_path),
+    r = subprocess.run([sys.executable, "-m", "scripts.pipeline", "dpo", "--model", "tiny", "--out", str(tmp_path),
                         "--sft-data", str(tmp_path / "missing.jsonl")], capture_output=True, text=True,
                        cwd=ROOT, timeout=300)
     assert r.returncode == 2, r.stdout + r.stderr
@@ -67,7 +67,7 @@ def test_failed_stage_stops_the_pipeline_with_its_exit_code(tmp_path):
 @pytest.mark.slow
 def test_pipeline_dpo_end_to_end(tmp_path):
     """`make pipeline-dpo` on the tiny model: SFT lifts held-out pass@1 off 0, DPO does not lower it."""
-    r = subprocess.run([sys.executable, "-m", "rlft.pipeline", "dpo", "--model", "tiny", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "scripts.pipeline", "dpo", "--model", "tiny", "--out", str(tmp_path)],
                        capture_output=True, text=True, cwd=ROOT, timeout=1200)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = {row["stage"]: row for row in json.loads((tmp_path / "pipeline.json").read_text())}
@@ -78,7 +78,7 @@ def test_pipeline_dpo_end_to_end(tmp_path):
 
 def test_stage_recipes_can_be_replaced_for_a_real_model(tmp_path, sft_model):
     """--recipe STAGE=FILE (RECIPES= in make) swaps a stage's recipe; the tiny ones stay the default."""
-    from rlft.pipeline import TINY_RECIPES, _dpo, _recipes
+    from scripts.pipeline import TINY_RECIPES, _dpo, _recipes
 
     recipe = tmp_path / "dpo_short.yaml"
     recipe.write_text((ROOT / "recipes/dpo_tiny.yaml").read_text().replace("num_train_epochs: 3", "max_steps: 3"))
@@ -96,7 +96,7 @@ def test_stage_recipes_can_be_replaced_for_a_real_model(tmp_path, sft_model):
                                           ("grpo=no/such.yaml", "no such recipe file"),
                                           ("grpo=recipes/dpo_tiny.yaml", "is a recipe for `rlft dpo`, not the grpo")])
 def test_bad_stage_recipe_is_refused_before_any_stage_runs(tmp_path, arg, message):
-    r = subprocess.run([sys.executable, "-m", "rlft.pipeline", "grpo", "--out", str(tmp_path), "--recipe", arg],
+    r = subprocess.run([sys.executable, "-m", "scripts.pipeline", "grpo", "--out", str(tmp_path), "--recipe", arg],
                        capture_output=True, text=True, cwd=ROOT, timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert r.returncode == 2 and message in r.stdout + r.stderr, r.stdout + r.stderr
     assert not any(tmp_path.iterdir())
@@ -104,10 +104,10 @@ def test_bad_stage_recipe_is_refused_before_any_stage_runs(tmp_path, arg, messag
 
 def test_unknown_verifier_or_unreadable_gold_stops_before_any_stage(tmp_path):
     env = {**os.environ, "COLUMNS": "200"}
-    r = subprocess.run([sys.executable, "-m", "rlft.pipeline", "dpo", "--out", str(tmp_path), "--verifier", "maths"],
+    r = subprocess.run([sys.executable, "-m", "scripts.pipeline", "dpo", "--out", str(tmp_path), "--verifier", "maths"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
     assert r.returncode == 2 and "maths" in r.stdout + r.stderr, r.stdout + r.stderr
-    r = subprocess.run([sys.executable, "-m", "rlft.pipeline", "dpo", "--out", str(tmp_path), "--verifier", "json"],
+    r = subprocess.run([sys.executable, "-m", "scripts.pipeline", "dpo", "--out", str(tmp_path), "--verifier", "json"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
     assert r.returncode == 2 and "test.jsonl:1" in r.stdout + r.stderr, r.stdout + r.stderr
     assert not any(tmp_path.iterdir())
@@ -115,7 +115,7 @@ def test_unknown_verifier_or_unreadable_gold_stops_before_any_stage(tmp_path):
 
 def test_each_stage_gets_its_recipe_data_and_verifier(tmp_path, monkeypatch):
     """What the pipeline passes to each `rlft` command, without training (the commands are recorded)."""
-    import rlft.pipeline as pipeline
+    import scripts.pipeline as pipeline
 
     calls = []
 
@@ -145,7 +145,7 @@ def test_each_stage_gets_its_recipe_data_and_verifier(tmp_path, monkeypatch):
 
 def test_kto_rloo_and_distill_stages_get_their_recipe_and_data(tmp_path, monkeypatch):
     """KTO reads the thumbs file, RLOO the prompts with the held-out rows, distill a teacher SFT'd first."""
-    import rlft.pipeline as pipeline
+    import scripts.pipeline as pipeline
 
     calls = []
 

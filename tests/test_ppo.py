@@ -7,7 +7,7 @@ import signal
 from contextlib import contextmanager
 
 import pytest
-from conftest import DATA, ROOT, write_jsonl
+from helpers import DATA, ROOT, write_jsonl
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"
 HELDOUT = DATA / "arith/test.jsonl"

@@ -2,8 +2,8 @@
 reaches the policy, the clip binds at ppo.cliprange, the reference stays the frozen starting model (full
 model and LoRA), and the memory estimate counts the model's real parameters.
 
-Each test fails when the behaviour it names breaks (checked by applying the mutation of issue 15 to a copy
-of the code: advantage sign flipped in ppo_loss, a huge clip range instead of cliprange, the policy as its
+Each test fails when the behaviour it names breaks (checked by applying each of these mutations to a copy of
+the code: advantage sign flipped in ppo_loss, a huge clip range instead of cliprange, the policy as its
 own reference, the memory estimate replaced by a constant)."""
 
 from __future__ import annotations
@@ -11,24 +11,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 from rlft.config import resolve
+from rlft.methods import ppo_rollout, ppo_setup
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"
 ROWS = [json.loads(line) for line in PROMPTS.read_text().splitlines()[:4]]
-
-
-def setup_mod():
-    from rlft.methods import ppo_setup
-
-    return ppo_setup
-
-
-def rollout_mod():
-    from rlft.methods import ppo_rollout
-
-    return ppo_rollout
 
 
 def ppo_cfg(tmp_path, *sets: str):
@@ -47,8 +36,8 @@ def networks_and_rollout(cfg, seed: int = 0):
     import torch
 
     torch.manual_seed(seed)
-    tok, policy, ref, value = setup_mod().build_networks(cfg)
-    r = rollout_mod()
+    tok, policy, ref, value = ppo_setup.build_networks(cfg)
+    r = ppo_rollout
     ro = r.rollout(policy, value, ref, tok, ROWS, constant_reward, cfg, "cpu")
     return tok, policy, ref, value, ro
 
@@ -57,7 +46,7 @@ def logprobs(model, ro, temperature: float = 1.0):
     import torch
 
     with torch.no_grad():
-        lp = rollout_mod().response_logprobs(model, ro.input_ids, ro.attention_mask, ro.position_ids, ro.responses,
+        lp = ppo_rollout.response_logprobs(model, ro.input_ids, ro.attention_mask, ro.position_ids, ro.responses,
                                              temperature)
     return lp * ro.mask
 
@@ -67,7 +56,7 @@ def one_update(policy, value, ro, cfg, lr: float):
     import torch
     from accelerate import Accelerator
 
-    r = rollout_mod()
+    r = ppo_rollout
     model = r.policy_and_value(policy, value)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -109,7 +98,7 @@ def clip_case(tmp_path, cliprange: float):
     sign = torch.tensor([1.0, -1.0, 1.0, -1.0])[:, None]
     ro.logprobs = (ro.logprobs - sign) * ro.mask
     ro.advantages = sign * ro.mask
-    r = rollout_mod()
+    r = ppo_rollout
     model = r.policy_and_value(policy, value)
     loss, stats = r.ppo_loss(model, ro, torch.arange(4), cfg)
     loss.backward()
@@ -153,7 +142,7 @@ def test_full_model_reference_is_a_frozen_copy_and_kl_grows_once_the_policy_move
     assert all(torch.equal(frozen[k], v) for k, v in ref.state_dict().items())  # the update left it alone
 
     torch.manual_seed(1)
-    ro2 = rollout_mod().rollout(policy, value, ref, tok_of(cfg), ROWS, constant_reward, cfg, "cpu")
+    ro2 = ppo_rollout.rollout(policy, value, ref, tok_of(cfg), ROWS, constant_reward, cfg, "cpu")
     assert float(ro2.stats["kl"]) > 1e-3, ro2.stats["kl"]
     # the reference log-probs are the starting model's, not the policy's
     start = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
@@ -185,7 +174,7 @@ def test_lora_reference_is_the_policy_with_its_adapter_disabled(tmp_path, tiny_d
     assert all(torch.equal(v, after[k]) for k, v in base_weights.items())  # only the adapter trained
 
     torch.manual_seed(1)
-    ro2 = rollout_mod().rollout(policy, value, None, tok_of(cfg), ROWS, constant_reward, cfg, "cpu")
+    ro2 = ppo_rollout.rollout(policy, value, None, tok_of(cfg), ROWS, constant_reward, cfg, "cpu")
     assert float(ro2.stats["kl"]) > 1e-4, ro2.stats["kl"]
     assert torch_allclose(ro2.ref_logprobs, logprobs(start, ro2))  # adapter off == the starting model
     assert not torch_allclose(logprobs(policy, ro2), logprobs(start, ro2))  # and the adapter is back on after
@@ -202,7 +191,7 @@ def test_parameter_counts_are_the_loaded_models(tmp_path, tiny_dir):
     from rlft.models import apply_lora
 
     cfg = ppo_cfg(tmp_path, "model.lora.enabled=true", "model.lora.r=4")
-    counts = setup_mod().param_counts(cfg)
+    counts = ppo_setup.param_counts(cfg)
     policy = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
     value = AutoModelForSequenceClassification.from_pretrained(tiny_dir, num_labels=1)
     assert counts["n_params"] == sum(p.numel() for p in policy.parameters())
@@ -210,14 +199,14 @@ def test_parameter_counts_are_the_loaded_models(tmp_path, tiny_dir):
     adapter = apply_lora(policy, cfg.model.lora)
     assert counts["lora_params"] == sum(p.numel() for p in adapter.parameters() if p.requires_grad)
     assert counts["dtype_bytes"] == 4
-    four_bit = setup_mod().param_counts(ppo_cfg(tmp_path, "model.lora.enabled=true", "model.load_in_4bit=true"))
+    four_bit = ppo_setup.param_counts(ppo_cfg(tmp_path, "model.lora.enabled=true", "model.load_in_4bit=true"))
     assert four_bit["dtype_bytes"] == 0.5 and four_bit["n_params"] == counts["n_params"]
 
 
 def test_memory_estimate_is_full_lora_and_4bit_arithmetic_on_the_real_count(tmp_path, tiny_dir):
     from rich.console import Console
 
-    s = setup_mod()
+    s = ppo_setup
     full_cfg = ppo_cfg(tmp_path)
     counts = s.param_counts(full_cfg)
     n, v = counts["n_params"], counts["value_params"]
@@ -261,7 +250,7 @@ def test_a_half_billion_model_is_refused_at_16_gb_in_full_fp32_and_fits_with_lor
         if f.name.startswith(("tokenizer", "special_tokens", "chat_template")):
             shutil.copy(f, model / f.name)
     (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {}}))
-    s = setup_mod()
+    s = ppo_setup
     cfg = ppo_cfg(tmp_path, f"model.name_or_path={model}")
     counts = s.param_counts(cfg)
     assert counts["n_params"] == QWEN05_PARAMS

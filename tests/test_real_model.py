@@ -11,7 +11,7 @@ import json
 import math
 
 import pytest
-from conftest import DATA, write_jsonl
+from helpers import DATA, write_jsonl
 
 pytestmark = [
     pytest.mark.real,

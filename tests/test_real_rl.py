@@ -17,7 +17,7 @@ import math
 
 import pytest
 import torch
-from conftest import write_jsonl
+from helpers import write_jsonl
 
 pytestmark = [
     pytest.mark.real,
@@ -120,7 +120,7 @@ def torchrun(*args: str, timeout: int = 1800):
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from helpers import ROOT
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",

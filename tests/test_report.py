@@ -6,7 +6,7 @@ import json
 
 import pytest
 import typer
-from conftest import DATA, write_jsonl
+from helpers import DATA, write_jsonl
 from typer.testing import CliRunner
 
 from rlft.commands.report import report

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA, write_jsonl
+from helpers import DATA, write_jsonl
 
 from rlft.config import resolve
 from rlft.data import read_rows

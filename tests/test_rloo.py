@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA, ROOT, write_jsonl
+from helpers import DATA, ROOT, write_jsonl
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"
 HELDOUT = DATA / "arith/test.jsonl"

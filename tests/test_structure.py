@@ -10,6 +10,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1] / "rlft"
 MAX_LINES = 500
@@ -155,7 +156,6 @@ def test_every_command_module_is_registered(command):
 
 TRAINING_COMMANDS = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "ppo", "distill")
 MAX_TRAINING_COMMAND_LINES = 50  # a signature of options and one `o.train(ctx, METHOD)` call
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def _commands() -> dict:
@@ -228,3 +228,27 @@ def test_shared_options_sit_in_the_run_panel_after_the_method_flags(cli):
     text = r.out
     assert "--beta" in text and "Run" in text and text.index("--beta") < text.index("Run ")
     assert text.index("Run ") < text.index("--output-dir")
+
+
+# --------------------------------------------------------------------------- the package layout
+
+# A concept with several modules is a package; the rest of rlft/ is flat. Demos and other drivers of the CLI
+# live outside the library (scripts/), so nothing in rlft/ but `python -m rlft` imports rlft.cli.
+PACKAGES = {"commands", "methods", "verifiers", "choose"}
+
+
+def test_package_layout():
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == PACKAGES
+    flat = {p.stem for p in ROOT.glob("*.py")} - {"__init__", "__main__"}
+    strays = sorted(m for m in flat for pkg in packages if m == pkg or m.startswith(pkg.removesuffix("s") + "_"))
+    assert not strays, f"modules named after a package belong in it: {strays}"
+    shared = {"group_rl", "callback", "common"}  # methods/ modules that are not a method of their own
+    assert shared <= {p.stem for p in (ROOT / "methods").glob("*.py")}
+    assert {f"rlft.methods.{m}" for m in shared} <= SHARED_METHOD_MODULES
+
+
+def test_only_the_entry_point_drives_the_cli():
+    g = graph()
+    drivers = sorted(name for name, deps in g.items() if "rlft.cli" in deps)
+    assert drivers == ["rlft.__main__"], f"drive the CLI from scripts/, not from the library: {drivers}"

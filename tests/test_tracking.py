@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 pytest.importorskip("tensorboard")
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import DATA, ROOT, write_jsonl
+from helpers import DATA, ROOT, write_jsonl
 
 SFT_DATA = DATA / "arith/sft_train.jsonl"
 FAST = ["--set", "sft.max_length=32", "--batch-size", "16"]

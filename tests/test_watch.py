@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA, ROOT, write_jsonl
+from helpers import DATA, ROOT, write_jsonl
 
 RECIPE = ROOT / "recipes/grpo_math_tiny.yaml"
 HELDOUT = DATA / "arith/test.jsonl"

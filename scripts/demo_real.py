@@ -1,11 +1,11 @@
 """`make demo-real`: SmolLM2-135M-Instruct + LoRA on word problems, held-out pass@1 before -> after each stage.
 
-    python -m rlft.demo_real --out runs/demo-real                  # SFT (then GRPO with --grpo-steps N)
+    python -m scripts.demo_real --out runs/demo-real                  # SFT (then GRPO with --grpo-steps N)
 
 The real model, offline (`make install-real`), on data/word_problems with conversational prompts: each
 question becomes a user message with an answer-format instruction ("End with 'The answer is N.'", which the
 math verifier reads), each worked answer an assistant message. The stages are the real `rlft sft` / `rlft grpo`
-commands run by rlft.pipeline's Pipeline, which scores the model greedily on the held-out rows before and after
+commands run by scripts/pipeline.py's Pipeline, which scores the model greedily on the held-out rows before and after
 each stage and writes OUT/pipeline.{json,md,png}. The held-out set is the first --heldout-rows rows of
 data/word_problems/test.jsonl (40 by default, to keep the demo short on 2 CPU cores): one row is 2.5 points,
 so differences of a few rows are noise.
@@ -24,7 +24,7 @@ from typing import Annotated
 
 import typer
 
-from rlft.pipeline import Pipeline, console
+from scripts.pipeline import Pipeline, console
 
 INSTRUCTION = " End with 'The answer is N.'"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

@@ -1,14 +1,14 @@
 """Multi-stage pipelines over the CLI, with held-out evaluation before and after every stage.
 
-    python -m rlft.pipeline dpo  --model tiny --out runs/demo    # SFT, then DPO
-    python -m rlft.pipeline grpo --model tiny --out runs/demo    # SFT, then GRPO (math verifier)
-    python -m rlft.pipeline rlhf --model tiny --out runs/demo    # SFT, then reward model, then PPO
-    python -m rlft.pipeline kto  --model tiny --out runs/demo    # SFT, then KTO on thumbs up/down
-    python -m rlft.pipeline distill --model tiny --out runs/demo # short SFT student, full SFT teacher, distill
-    python -m rlft.pipeline demo --out runs/demo                 # all of them, sharing the SFT stage
+    python -m scripts.pipeline dpo  --model tiny --out runs/demo    # SFT, then DPO
+    python -m scripts.pipeline grpo --model tiny --out runs/demo    # SFT, then GRPO (math verifier)
+    python -m scripts.pipeline rlhf --model tiny --out runs/demo    # SFT, then reward model, then PPO
+    python -m scripts.pipeline kto  --model tiny --out runs/demo    # SFT, then KTO on thumbs up/down
+    python -m scripts.pipeline distill --model tiny --out runs/demo # short SFT student, full SFT teacher, distill
+    python -m scripts.pipeline demo --out runs/demo                 # all of them, sharing the SFT stage
 
     # the same pipeline on a real model (GPU): its own recipes per stage, a longer answer budget
-    python -m rlft.pipeline grpo --model Qwen/Qwen2.5-0.5B-Instruct --sft-recipe recipes/sft_qwen0.5b_lora.yaml \
+    python -m scripts.pipeline grpo --model Qwen/Qwen2.5-0.5B-Instruct --sft-recipe recipes/sft_qwen0.5b_lora.yaml \
         --recipe grpo=recipes/grpo_qwen0.5b_lora.yaml --heldout-tokens 64 --out runs/qwen
 
 Each stage runs the real `rlft` command in-process (the same code path as typing it). Every number in the
@@ -28,6 +28,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from rlft.evaluate import heldout_pass_at_1
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
@@ -68,22 +70,6 @@ def _rlft(*args: str) -> None:
     except SystemExit as exc:
         if exc.code not in (0, None):
             raise typer.Exit(exc.code if isinstance(exc.code, int) else 1) from exc
-
-
-def heldout_pass_at_1(model: str, heldout: str, verifier: str = "math", max_new_tokens: int = 8) -> float:
-    """Greedy pass@1 of `model` on `heldout`, scored by `verifier` (a registered name or file.py:function)."""
-    from rlft.data import read_rows
-    from rlft.evaluate import evaluate_rows
-    from rlft.models import load_for_inference, load_tokenizer
-    from rlft.quiet import quiet_libraries
-    from rlft.verifiers.loading import load_verifiers
-
-    quiet_libraries()
-    scorer, _ = load_verifiers([verifier])
-    tok = load_tokenizer(model)
-    net = load_for_inference(model)
-    return evaluate_rows(net, tok, [r.data for r in read_rows(heldout)], scorer=scorer,
-                         max_new_tokens=max_new_tokens).pass_at_1
 
 
 class Pipeline:
