@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import DATA, ROOT
+from helpers import DATA, ROOT
 
 from rlft.heldout import measure, metric_for, slice_size, split_by_prompt
 
