@@ -42,8 +42,9 @@ def test_measures_on_the_sft_model(sft_model):
     long_pairs = [{"prompt": p["prompt"], "chosen": p["chosen"] + " " * 40, "rejected": p["rejected"] + " " * 40}
                   for p in PAIRS[:40]]
     acc = measure("pairs", net, tok, long_pairs)
-    assert acc.metric == "pair_accuracy" and acc.n == 40 and acc.value > 0.5  # SFT'd on right sums
+    assert acc.metric == "pair_accuracy" and acc.n == 40 and acc.per_row == [float(x >= 1) for x in acc.per_row]
     assert abs(acc.stderr - (acc.value * (1 - acc.value) / 40) ** 0.5) < 1e-9 and len(acc.per_row) == 40
+    assert acc.value == sum(acc.per_row) / 40
     loss = measure("demonstrations", net, tok, [{"prompt": p["prompt"], "completion": p["chosen"]} for p in PAIRS[:40]])
     wrong = measure("demonstrations", net, tok, [{"prompt": p["prompt"], "completion": p["rejected"]}
                                                  for p in PAIRS[:40]])
