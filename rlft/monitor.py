@@ -205,6 +205,7 @@ class Watcher:
         self.stopped_by: Alarm | None = None
         self.recorder: RolloutRecorder | None = None
         self.last_heldout: list[dict] = []
+        self.prune = False  # setup.on_check asked to end training (rlft sweep)
         self.checks: list = []  # rlft.overfit.Check per held-out check of this process's run
         self.last_samples_step: int | None = None
 
@@ -271,6 +272,8 @@ class Watcher:
             with open(self.out / HELDOUT_ROWS_FILE, "a") as f:
                 f.write(json.dumps({"step": step, "metric": m.metric, "per_row": [round(x, 4) for x in m.per_row]})
                         + "\n")
+        if self.setup.on_check is not None and self.setup.on_check(step, m.value):
+            self.prune = True
         if "overfitting" not in self.alarm_names and "overfitting" not in self.setup.thresholds.ignore:
             losses = [(r["step"], r["loss"]) for r in self.history if isinstance(r.get("loss"), (int, float))]
             alarm = overfitting(self.checks, losses, self.setup.overfit_checks)

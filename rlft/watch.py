@@ -38,6 +38,7 @@ class WatchSetup:
     samples: int = 3
     overfit_checks: int = 3
     keep_best: bool = True
+    on_check: Callable | None = None  # (step, score) -> stop training? (rlft sweep's pruner)
 
 
 def prepare_watch(cfg) -> WatchSetup:

@@ -86,6 +86,8 @@ class RunCallback(TrainerCallback):
         if self.interrupt.signum is not None:
             control.should_save = True
             control.should_training_stop = True
+        if self.watcher.prune:
+            control.should_training_stop = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:

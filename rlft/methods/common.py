@@ -250,18 +250,20 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
 
 
 def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume: bool = False,
-          console: Console | None = None) -> RunResult:
+          console: Console | None = None, on_check: Callable | None = None) -> RunResult:
     """Run one TRL-backed training job end to end; see the module docstring.
 
     The run is watched (rlft.methods.callback: alarms, samples, the held-out check of `watch`); with
     `watch.on_alarm: stop` an alarm saves a checkpoint and ends the run as `stopped` (exit code 4). Every run
-    that ends, completed, interrupted or stopped, gets its report.
+    that ends, completed, interrupted or stopped, gets its report. `on_check(step, score) -> stop?` hears every
+    held-out check (rlft sweep's pruner); True ends training there, as a completed (shorter) run.
     """
     from rlft.methods.callback import RunCallback
 
     run, prepared = start_run(cfg, method.KIND, method.prepare, overwrite=overwrite, resume=resume,
                               console=console, held_out=True)
     out, console, ckpt = run.out, run.console, run.checkpoint
+    run.watch.on_check = on_check
     interrupt = Interrupt()
     callback = None
     with run.record.closing_on_error():  # from here on, any ending is recorded in summary.json
