@@ -159,7 +159,24 @@ def _share(metric: str, wins: list[bool], extra: dict | None = None) -> Measure:
 
 def measure(kind: str, model, tok, rows: list[dict], *, scorer: Callable | None = None, max_new_tokens: int = 32,
             reward_model: bool = False) -> Measure:
-    """The honest metric of `kind` on held-out `rows` (plain dicts) for `model` (see the module docstring)."""
+    """The honest metric of `kind` on held-out `rows` (plain dicts) for `model` (see the module docstring).
+    A model with bf16 and fp32 weights (rlft.precision: bf16 base + fp32 LoRA) runs under bf16 autocast, as the
+    trainer runs it."""
+    import contextlib
+
+    import torch
+
+    dtypes = {p.dtype for p in model.parameters()}
+    device = next(model.parameters()).device.type
+    ctx = (torch.autocast(device_type=device, dtype=torch.bfloat16) if torch.bfloat16 in dtypes and len(dtypes) > 1
+           else contextlib.nullcontext())
+    with ctx:
+        return _measure(kind, model, tok, rows, scorer=scorer, max_new_tokens=max_new_tokens,
+                        reward_model=reward_model)
+
+
+def _measure(kind: str, model, tok, rows: list[dict], *, scorer: Callable | None, max_new_tokens: int,
+             reward_model: bool) -> Measure:
     from rlft.evaluate import evaluate_rows, exact_match
 
     metric = metric_for(kind, rows)

@@ -12,7 +12,9 @@ two independent binomials (each +-5 points) it would look like noise.
                scores, the steps and the losses; fix: fewer passes, a lower learning rate, or a larger beta
                (DPO/KTO: a stronger pull to the reference).
   kept_check   the check whose model the run folder keeps: the best score (ties: the later step, which
-               trained more); the last model is kept beside it (`last/`) when they differ.
+               trained more); without the overfitting alarm, the last one when it is within 2 paired standard
+               errors of the best (picking the maximum of noisy checks would trade training for noise); the
+               last model is kept beside it (`last/`) when they differ.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from typing import Any
 from rlft.alarms import Alarm
 
 PATIENCE, Z = 3, 1.0
+# Without the alarm, one check's fall must exceed 2 paired standard errors to give up the last model: k rows
+# flipping one way is a fall of k/n against a noise of about sqrt(k)/n, so 2 errors is about 5 rows (a sign
+# test's p = 1/32), where 1 error would be any 2 rows.
+KEEP_Z = 2.0
 
 
 @dataclass
@@ -84,14 +90,19 @@ def overfitting(checks: list[Check], losses: list[tuple[int, float]], patience: 
                  "held-out model")
 
 
-def kept_check(checks: list[Check]) -> tuple[Check | None, str]:
-    """The check whose model the run keeps, and why (one sentence for summary.json and the report)."""
+def kept_check(checks: list[Check], alarm: bool = False) -> tuple[Check | None, str]:
+    """The check whose model the run keeps, and why (one sentence for summary.json and the report); `alarm`:
+    the overfitting alarm fired (its sustained fall is the evidence, so the best check is kept)."""
     best = best_check(checks)
     if best is None:
         return None, "no held-out check ran"
     last = checks[-1]
     if best.step == last.step:
         return best, f"the last step scored best on the held-out rows ({best.metric} {best.score:.3f})"
+    noise = fall_noise(best, last)
+    if not alarm and best.score - last.score <= KEEP_Z * noise:
+        return last, (f"the last step scored {last.score:.3f}, within 2 standard errors ({noise:.3f} each) of the "
+                      f"best check (step {best.step}, {best.score:.3f}): the more trained model is kept")
     return best, (f"step {best.step} scored best on the held-out rows ({best.metric} {best.score:.3f} +- "
                   f"{best.stderr:.3f}); the last step {last.step} scored {last.score:.3f} (kept in last/)")
 

@@ -67,7 +67,9 @@ def test_a_run_gets_a_held_out_check_and_keeps_the_best_model(cli, sft_model, tm
     assert summary["train_rows"] == 500 and summary["heldout"]["metric"] == "pass_at_1" and len(curve) >= 5
     kept = summary["kept"]
     best = max(c["score"] for c in curve)
-    assert kept["score"] == best and kept["step"] == max(c["step"] for c in curve if c["score"] == best)
+    best_step = max(c["step"] for c in curve if c["score"] == best)
+    # the best check's model, or the last one when it is within noise of the best (rlft.overfit.kept_check)
+    assert (kept["step"], kept["score"]) in ((best_step, best), (curve[-1]["step"], curve[-1]["score"])), kept
     assert not (out / "best").exists()
     assert (out / "last").is_dir() == (kept["step"] != summary["global_step"])
     rows = [json.loads(line) for line in (out / "heldout_rows.jsonl").read_text().splitlines()]

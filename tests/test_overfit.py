@@ -35,7 +35,7 @@ def test_fires_on_the_recorded_kto_curve():
     alarm = fired[first]
     assert alarm.name == "overfitting" and alarm.evidence["best_step"] == 6 and alarm.step == 24
     assert "fewer passes" in alarm.fix and "lower learning rate" in alarm.fix
-    kept, why = kept_check(checks)
+    kept, why = kept_check(checks, alarm=True)
     assert kept.step == 6 and "last/" in why
 
 
@@ -57,6 +57,11 @@ def test_paired_noise_is_smaller_than_two_independent_binomials():
     assert fall_noise(a, b) < independent / 2  # only the 10 rows that flipped count
 
 
-def test_kept_check_prefers_the_later_of_equals():
+def test_kept_check_prefers_the_later_of_equals_and_the_last_within_noise():
     kept, why = kept_check(curve([0.5, 0.6, 0.6]))
     assert kept.step == 20 and "last step scored best" in why
+    kept, why = kept_check(curve([0.5, 0.66, 0.6]))  # 3 rows of 50 below the best: noise, without the alarm
+    assert kept.step == 20 and "within 2 standard errors" in why
+    assert kept_check(curve([0.5, 0.66, 0.6]), alarm=True)[0].step == 10
+    kept, why = kept_check(curve([0.5, 0.8, 0.5]))
+    assert kept.step == 10 and "kept in last/" in why

@@ -314,14 +314,15 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
 def keep_best(trainer, out: Path, callback, console: Console) -> dict[str, Any]:
     """Save the final model into the run folder: the best held-out check's (out/best, saved by the callback) with
     the last one beside it in out/last, or the last one when it is the best or watch.keep_best is off. Returns
-    summary.json's `heldout` (metric, curve) and `kept` (step, why). `final_metrics` stay the last model's."""
+    summary.json's `heldout` (metric, curve) and `kept` (step, why). `final_metrics` stay the last model's (in
+    last/ when the kept one differs)."""
     import shutil
 
     from rlft.overfit import kept_check, summary
 
     checks = callback.watcher.checks
     best_dir = out / "best"
-    kept, why = kept_check(checks)
+    kept, why = kept_check(checks, alarm="overfitting" in callback.watcher.alarm_names)
     last_step = trainer.state.global_step
     use_best = (kept is not None and callback.best_step == kept.step and kept.step != last_step
                 and best_dir.is_dir() and callback.setup.keep_best)
