@@ -102,7 +102,7 @@ def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: Watch
             console.print(f"[yellow]note[/]: no held-out check: the rows carry no gold for {spec} "
                           f"({', '.join(sorted(gold))})", highlight=False)
             return train_rows if source == "eval" else train_rows + held
-    metric = metric_for(kind, rows)
+    metric = "pair_accuracy" if cfg.method == "reward" else metric_for(kind, rows)
     setup.holdout = Holdout(rows, scorer, spec, watch.get("holdout_every"),
                             int(watch.get("holdout_max_new_tokens") or 32), kind, source, cfg.method == "reward")
     where = ("the eval rows" if source == "eval" else
