@@ -24,7 +24,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -101,19 +101,10 @@ def check_space(method: str, recipe, flags: dict, sets: list[str], space: Space)
         resolve(method, recipe, flags, sets + _sets({key: high}))
 
 
-def run_trial(cfg, console, on_check):
-    """One trial's run, its held-out checks reported through `on_check(step, score) -> prune?`."""
-    from rlft.methods import distill, dpo, grpo, kto, reward, rloo, sft
-    from rlft.methods.common import train
-
-    module = {"sft": sft, "dpo": dpo, "kto": kto, "reward": reward, "grpo": grpo, "rloo": rloo,
-              "distill": distill}[cfg.method]
-    return train(cfg, module, overwrite=True, console=console, on_check=on_check)
-
-
 def sweep(method: str, recipe, flags: dict, sets: list[str], space: Space, out: Path, *, trials: int | None,
-          trial_steps: int, seed: int, console) -> dict[str, Any]:
-    """Run the study; write trials.json, trials.png and best_recipe.yaml under `out`; return the summary."""
+          trial_steps: int, seed: int, console, run_trial: Callable) -> dict[str, Any]:
+    """Run the study; write trials.json, trials.png and best_recipe.yaml under `out`; return the summary.
+    `run_trial(cfg, console, on_check)` runs one trial (the command's: only commands import methods)."""
     import optuna
     from rich.console import Console
 

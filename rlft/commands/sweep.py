@@ -14,6 +14,16 @@ from rlft.errors import UserError
 METHODS = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "distill")
 
 
+def run_trial(cfg, console, on_check):
+    """One trial's run (rlft.methods.common.train), its held-out checks reported through `on_check`."""
+    from rlft.methods import distill, dpo, grpo, kto, reward, rloo, sft
+    from rlft.methods.common import train
+
+    module = {"sft": sft, "dpo": dpo, "kto": kto, "reward": reward, "grpo": grpo, "rloo": rloo,
+              "distill": distill}[cfg.method]
+    return train(cfg, module, overwrite=True, console=console, on_check=on_check)
+
+
 def sweep(
     method: Annotated[str, typer.Argument(help="The method to sweep: sft, dpo, kto, reward, grpo, rloo, distill.")],
     grid: Annotated[Optional[list[str]], typer.Option("--grid", help="KEY=V1,V2,...: values to try, e.g. "
@@ -44,7 +54,7 @@ def sweep(
     resolve(method, recipe, flags, sets)  # the base config: every problem at once, before any trial
     sw.check_space(method, recipe, flags, sets, space)
     result = sw.sweep(method, recipe, flags, sets, space, out, trials=trials, trial_steps=trial_steps,
-                      seed=seed or 0, console=o.err_console)
+                      seed=seed or 0, console=o.err_console, run_trial=run_trial)
     from rich.table import Table
 
     t = Table("trial", "params", "status", "steps", "held-out (best trained check)", title=f"rlft sweep {method}")
