@@ -326,12 +326,13 @@ def keep_best(trainer, out: Path, callback, console: Console) -> dict[str, Any]:
     last_step = trainer.state.global_step
     use_best = (kept is not None and callback.best_step == kept.step and kept.step != last_step
                 and best_dir.is_dir() and callback.setup.keep_best)
-    if use_best and is_main_process():
-        trainer.save_model(str(out / "last"))
-        for f in best_dir.iterdir():
-            if f.is_file():
-                shutil.copy2(f, out / f.name)
-        console.print(f"[bold]kept[/] the model of step {kept.step}: {why}", highlight=False)
+    if use_best:
+        trainer.save_model(str(out / "last"))  # every process calls save_model (it saves on the main one)
+        if is_main_process():
+            for f in best_dir.iterdir():
+                if f.is_file():
+                    shutil.copy2(f, out / f.name)
+            console.print(f"[bold]kept[/] the model of step {kept.step}: {why}", highlight=False)
     else:
         trainer.save_model(str(out))
         if kept is not None and kept.step != last_step:
