@@ -13,8 +13,10 @@ two independent binomials (each +-5 points) it would look like noise.
                (DPO/KTO: a stronger pull to the reference).
   kept_check   the check whose model the run folder keeps: the best score (ties: the later step, which
                trained more); without the overfitting alarm, the last one when it is within 2 paired standard
-               errors of the best (picking the maximum of noisy checks would trade training for noise); the
-               last model is kept beside it (`last/`) when they differ.
+               errors of the best (picking the maximum of noisy checks would trade training for noise); with
+               the alarm, the start (step 0) when no trained check beat it by more than 2 standard errors
+               (training made it worse and never clearly better); the last model is kept beside it (`last/`)
+               when they differ.
 """
 
 from __future__ import annotations
@@ -97,6 +99,11 @@ def kept_check(checks: list[Check], alarm: bool = False) -> tuple[Check | None, 
     if best is None:
         return None, "no held-out check ran"
     last = checks[-1]
+    start = checks[0]
+    if alarm and best is not start and start.step == 0 and best.score - start.score <= KEEP_Z * fall_noise(best, start):
+        return start, (f"the overfitting alarm fired and no trained check beat the start by more than 2 standard "
+                       f"errors (best: step {best.step}, {best.score:.3f}; start {start.score:.3f}): the run folder "
+                       f"holds the starting model; the last step {last.step} ({last.score:.3f}) is in last/")
     if best.step == last.step:
         return best, f"the last step scored best on the held-out rows ({best.metric} {best.score:.3f})"
     noise = fall_noise(best, last)

@@ -70,7 +70,7 @@ def test_a_run_gets_a_held_out_check_and_keeps_the_best_model(cli, sft_model, tm
     best_step = max(c["step"] for c in curve if c["score"] == best)
     # the best check's model, or the last one when it is within noise of the best (rlft.overfit.kept_check)
     assert (kept["step"], kept["score"]) in ((best_step, best), (curve[-1]["step"], curve[-1]["score"])), kept
-    assert not (out / "best").exists()
+    assert not (out / "best").exists() and not (out / "start").exists()
     assert (out / "last").is_dir() == (kept["step"] != summary["global_step"])
     rows = [json.loads(line) for line in (out / "heldout_rows.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows] == [c["step"] for c in curve] and len(rows[0]["per_row"]) == 50

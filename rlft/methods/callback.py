@@ -125,15 +125,19 @@ class RunCallback(TrainerCallback):
         self._refresh(record)
 
     def _save_if_best(self) -> None:
-        """Save the model to out/best when the latest check is the best so far (ties: the later one)."""
+        """Save the model to out/start at the step-0 check, and to out/best when a later check is the best so
+        far (ties: the later one): the candidates rlft.overfit.kept_check chooses from."""
         from rlft.overfit import best_check
 
         if not self.setup.keep_best or self.trainer is None or not self.watcher.checks:
             return
-        best = best_check(self.watcher.checks)
-        if best is self.watcher.checks[-1] and best.step != self.best_step:
+        latest = self.watcher.checks[-1]
+        if latest.step == 0:
+            self.trainer.save_model(str(self.out / "start"))
+            return
+        if best_check(self.watcher.checks) is latest and latest.step != self.best_step:
             self.trainer.save_model(str(self.out / "best"))
-            self.best_step = best.step
+            self.best_step = latest.step
 
     def _samples(self, state) -> None:
         if self.watcher.last_samples_step == state.global_step:

@@ -321,10 +321,10 @@ def keep_best(trainer, out: Path, callback, console: Console) -> dict[str, Any]:
     from rlft.overfit import kept_check, summary
 
     checks = callback.watcher.checks
-    best_dir = out / "best"
     kept, why = kept_check(checks, alarm="overfitting" in callback.watcher.alarm_names)
     last_step = trainer.state.global_step
-    use_best = (kept is not None and callback.best_step == kept.step and kept.step != last_step
+    best_dir = out / ("start" if kept is not None and kept.step == 0 else "best")
+    use_best = (kept is not None and kept.step in (0, callback.best_step) and kept.step != last_step
                 and best_dir.is_dir() and callback.setup.keep_best)
     if use_best:
         trainer.save_model(str(out / "last"))  # every process calls save_model (it saves on the main one)
@@ -340,7 +340,8 @@ def keep_best(trainer, out: Path, callback, console: Console) -> dict[str, Any]:
                    else "the last model (the best check's model was not saved)")
             kept = checks[-1]
     if is_main_process():
-        shutil.rmtree(best_dir, ignore_errors=True)
+        shutil.rmtree(out / "best", ignore_errors=True)
+        shutil.rmtree(out / "start", ignore_errors=True)
     if not checks:
         return {}
     return {"heldout": summary(checks), "kept": {"step": kept.step, "score": round(kept.score, 4), "why": why}}
