@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -29,3 +30,15 @@ def test_unknown_command_is_a_usage_error(cli):
     r = cli("sfft")
     assert r.code == 2
     assert "No such command" in r.text
+
+
+def test_root_help_skips_the_rich_help_renderer_and_commands_keep_it():
+    """`rlft --help` is click's plain listing: Typer's rich help (typer.rich_utils) imports rich.markdown and
+    markdown_it, most of the root help's time. A command's own help stays rich, with its "Run" panel."""
+    code = ("import sys\nfrom rlft.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('|' + ','.join(m for m in ('typer.rich_utils', 'markdown_it', 'click') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "sft" in out.stdout and out.stdout.rsplit("|", 1)[1].strip() == ""
+    rich = subprocess.run([sys.executable, "-m", "rlft", "dpo", "--help"], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "120"})
+    assert rich.returncode == 0 and "─ Run ─" in rich.stdout

@@ -14,7 +14,6 @@ import sys
 from enum import Enum
 from typing import Annotated, Optional
 
-import click
 import typer
 
 from rlft.commands.options import AsChat
@@ -183,6 +182,8 @@ def _ask() -> dict:
     kind = _ask_choice("Signal", list(SIGNAL_HELP))
     what = {"demonstrations": "demonstrations", "pairs": "pairs", "verifier": "prompts", "ratings": "rated replies",
             "taste": "comparison pairs", "thumbs": "labelled answers", "teacher": "prompts"}[kind]
+    import click  # only when asking: its import is not paid by every `rlft` command
+
     rows = typer.prompt(f"How many {what} do you have?", type=click.IntRange(min=1))
     answers: dict = {"kind": kind, "rows": rows}
     answers["has_sft_model"] = typer.confirm("Does your model already give usable answers (SFT'd or instruct)?",
