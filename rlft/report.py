@@ -193,8 +193,9 @@ def render_markdown(run: dict[str, Any], written: list[tuple[Panel, Path]]) -> s
               f"({_duration(summary.get('wall_seconds'))})"]
     watch = config.get("watch") or {}
     if watch.get("holdout"):
-        lines.append(f"- held-out check: `{watch['holdout']}` scored by `{watch.get('holdout_verifier')}` every "
-                     f"{watch.get('holdout_every')} steps (on_alarm: {watch.get('on_alarm')})")
+        every = f"every {watch['holdout_every']} steps" if watch.get("holdout_every") else "10 times per run"
+        lines.append(f"- held-out check: `{watch['holdout']}` scored by `{watch.get('holdout_verifier')}` {every} "
+                     f"(on_alarm: {watch.get('on_alarm')})")
     held = summary.get("heldout") or {}
     if held.get("curve"):
         curve = ", ".join(f"{c['step']}: {_fmt(c['score'])}" for c in held["curve"])
