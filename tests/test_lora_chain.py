@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA, write_jsonl
+from helpers import DATA, write_jsonl
 
 CHATS = [{"messages": [{"role": "user", "content": f"{a}+{a}="}, {"role": "assistant", "content": str(2 * a)}]}
          for a in range(10, 30)]
