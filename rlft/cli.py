@@ -39,6 +39,7 @@ from rlft.commands import (
     reward,
     rloo,
     sft,
+    sweep,
     verify,
 )
 from rlft.commands import (
@@ -86,7 +87,7 @@ COMMANDS = (
     ("rloo", rloo.rloo), ("ppo", ppo.ppo), ("distill", distill.distill),
     ("eval", eval_cmd.eval_), ("preflight", preflight.preflight_), ("choose", choose.choose),
     ("verify", verify.verify), ("report", report.report), ("init-model", init_model.init_model),
-    ("merge", merge.merge), ("export", export.export), ("chat", chat.chat),
+    ("merge", merge.merge), ("export", export.export), ("chat", chat.chat), ("sweep", sweep.sweep),
 )
 for _name, _fn in COMMANDS:
     app.command(_name)(_fn)

@@ -6,8 +6,10 @@
   - it runs the alarm rules of `rlft.alarms` on the logged history at every log; a rule that fires is
     printed (message, evidence, fix) and appended to alarms.jsonl, once per rule per run; with
     `watch.on_alarm: stop` it also records the alarm that asked for the stop (`stopped_by`);
-  - with `watch.holdout` set (rlft.watch), the caller asks it to score the model greedily on the held-out
-    rows, logged as `heldout/pass_at_1` (the reward-hacking alarm compares it with the training reward);
+  - with a held-out check (rlft.watch: watch.holdout, the eval rows or the automatic slice), the caller asks it
+    to measure the method's metric (rlft.heldout), logged as `heldout/score` with its noise (verifiable rows
+    also as `heldout/pass_at_1`, which the reward-hacking alarm compares with the training reward); the
+    `overfitting` alarm (rlft.overfit) runs on those checks;
   - it writes a few samples to samples.jsonl and prints them: for GRPO/RLOO/PPO, the real rollouts of the
     latest step with their rewards, captured by `RolloutRecorder` wrapping the reward functions; otherwise,
     the latest held-out check's completions and scores. Per prompt, the best and the worst completion, for up
@@ -39,11 +41,12 @@ from rlft.watch import WatchSetup
 
 # The keys shown on the progress line, in order, when the trainer logs them.
 SHOWN = ("loss", "reward", "rewards/accuracies", "rewards/margins", "kl", "entropy", "eval_loss",
-         "heldout/pass_at_1")
-LABELS = {"rewards/accuracies": "acc", "rewards/margins": "margin", "heldout/pass_at_1": "heldout"}
+         "heldout/score")
+LABELS = {"rewards/accuracies": "acc", "rewards/margins": "margin", "heldout/score": "heldout"}
 ALARMS_FILE = "alarms.jsonl"
 STOPPED_EXIT_CODE = 4  # a run ended by an alarm under watch.on_alarm=stop (2: user error, 3: refused)
 SAMPLES_FILE = "samples.jsonl"
+HELDOUT_ROWS_FILE = "heldout_rows.jsonl"
 
 
 def progress_bar(console: Console) -> Progress:
@@ -202,6 +205,8 @@ class Watcher:
         self.stopped_by: Alarm | None = None
         self.recorder: RolloutRecorder | None = None
         self.last_heldout: list[dict] = []
+        self.prune = False  # setup.on_check asked to end training (rlft sweep)
+        self.checks: list = []  # rlft.overfit.Check per held-out check of this process's run
         self.last_samples_step: int | None = None
 
     def flush(self) -> None:
@@ -251,15 +256,29 @@ class Watcher:
                            highlight=False, soft_wrap=True)
 
     def heldout(self, model, tok, step: int, epoch: float = 0.0) -> dict[str, Any]:
-        """Greedy pass@1 on the held-out rows, logged as heldout/pass_at_1 (and checked by the alarms)."""
-        from rlft.evaluate import evaluate_rows
+        """The held-out check (rlft.heldout: the method's metric, its noise) logged as heldout/* records; the
+        overfitting rule (rlft.overfit) runs on the checks so far and the training losses."""
+        from rlft.heldout import measure
+        from rlft.overfit import Check, overfitting
 
         h = self.setup.holdout
-        result = evaluate_rows(model, tok, h.rows, scorer=h.scorer, max_new_tokens=h.max_new_tokens)
-        self.last_heldout = result.samples
-        record = {"step": step, "epoch": round(epoch, 4), "heldout/pass_at_1": round(result.pass_at_1, 4),
-                  "heldout/mean_reward": round(result.mean_reward, 4), "heldout/n": result.n}
+        m = measure(h.kind, model, tok, h.rows, scorer=h.scorer, max_new_tokens=h.max_new_tokens,
+                    reward_model=h.reward_model)
+        self.last_heldout = m.samples
+        record = {"step": step, "epoch": round(epoch, 4), **m.record()}
+        self.checks.append(Check(step, m.value, m.per_row, m.metric, m.stderr))
         self.log(record)
+        if self.main:  # each row's outcome, so the paired noise of a fall can be recomputed from the folder
+            with open(self.out / HELDOUT_ROWS_FILE, "a") as f:
+                f.write(json.dumps({"step": step, "metric": m.metric, "per_row": [round(x, 4) for x in m.per_row]})
+                        + "\n")
+        if self.setup.on_check is not None and self.setup.on_check(step, m.value):
+            self.prune = True
+        if "overfitting" not in self.alarm_names and "overfitting" not in self.setup.thresholds.ignore:
+            losses = [(r["step"], r["loss"]) for r in self.history if isinstance(r.get("loss"), (int, float))]
+            alarm = overfitting(self.checks, losses, self.setup.overfit_checks)
+            if alarm is not None:
+                self.raise_alarm(alarm)
         return record
 
     def samples(self, step: int, show: bool = True) -> dict[str, Any] | None:
@@ -270,7 +289,7 @@ class Watcher:
             groups, source = best_and_worst(self.recorder.latest(), self.setup.samples), "rollouts"
         elif self.last_heldout:
             groups = best_and_worst_rows(self.last_heldout, self.setup.samples)
-            source = f"heldout ({self.setup.holdout.verifier})"
+            source = f"heldout ({self.setup.holdout.verifier or 'exact match'})"
         else:
             return None
         if not groups:

@@ -39,6 +39,7 @@ PANELS = (
     Panel("loss", "Loss", ("loss", "eval_loss")),
     Panel("reward", "Reward", ("reward", "rewards/chosen", "rewards/rejected", "rewards/margins")),
     Panel("heldout", "Held-out pass@1 (greedy)", ("heldout/pass_at_1",), "pass@1"),
+    Panel("heldout_score", "Held-out metric (rlft.heldout; higher is better)", ("heldout/score",), "score"),
     Panel("kl", "KL to the reference", ("kl", "objective/kl"), "nats/token"),
     Panel("entropy", "Entropy", ("entropy",), "nats/token"),
     Panel("zero_signal", "GRPO groups with all-equal rewards", ("frac_reward_zero_std",), "share",
@@ -48,8 +49,8 @@ PANELS = (
     Panel("repetition", "Completion repetition", ("completions/repetition",), "share of repeated 4-grams"),
 )
 # Shown in the final-metrics table as first -> last, when logged.
-HEADLINE = ("loss", "eval_loss", "reward", "heldout/pass_at_1", "kl", "entropy", "frac_reward_zero_std",
-            "rewards/accuracies", "rewards/margins", "logps/chosen", "mean_token_accuracy",
+HEADLINE = ("loss", "eval_loss", "reward", "heldout/pass_at_1", "heldout/score", "kl", "entropy",
+            "frac_reward_zero_std", "rewards/accuracies", "rewards/margins", "logps/chosen", "mean_token_accuracy",
             "completions/mean_length")
 
 
@@ -199,12 +200,24 @@ def render_markdown(run: dict[str, Any], written: list[tuple[Panel, Path]]) -> s
               f"({_duration(summary.get('wall_seconds'))})"]
     watch = config.get("watch") or {}
     if watch.get("holdout"):
-        lines.append(f"- held-out check: `{watch['holdout']}` scored by `{watch.get('holdout_verifier')}` every "
-                     f"{watch.get('holdout_every')} steps (on_alarm: {watch.get('on_alarm')})")
+        every = f"every {watch['holdout_every']} steps" if watch.get("holdout_every") else "10 times per run"
+        lines.append(f"- held-out check: `{watch['holdout']}` scored by `{watch.get('holdout_verifier')}` {every} "
+                     f"(on_alarm: {watch.get('on_alarm')})")
+    held = summary.get("heldout") or {}
+    if held.get("curve"):
+        curve = ", ".join(f"{c['step']}: {_fmt(c['score'])}" for c in held["curve"])
+        noise = held["curve"][-1].get("stderr")
+        lines.append(f"- held-out {held.get('metric')} on {held.get('rows')} rows (+- {_fmt(noise)}, one standard "
+                     f"error), by step: {curve}")
+    if summary.get("kept"):
+        lines.append(f"- model kept in the run folder: step {summary['kept'].get('step')}, because "
+                     f"{summary['kept'].get('why')}")
     if run.get("preflight"):
         p = run["preflight"]
+        interval = p.get("mixed_interval")
         lines.append(f"- pre-flight: {p.get('verdict')} (pass rate {p.get('pass_rate')}, mixed groups "
-                     f"{p.get('mixed_fraction')})")
+                     f"{p.get('mixed_fraction')}" + (f", 90% interval {interval[0]}-{interval[1]} over "
+                                                    f"{p.get('prompts')} prompts" if interval else "") + ")")
     if summary.get("stopped_by"):
         lines.append(f"- stopped by the **{summary['stopped_by'].get('name')}** alarm; checkpoint "
                      f"`{summary.get('checkpoint')}`")

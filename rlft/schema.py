@@ -76,7 +76,11 @@ def group_rl(num_generations: Field, beta: Field) -> dict[str, Field]:
         "preflight": Field("bool", True, "probe the model before training; refuse when it cannot learn",
                            rlft_only=True),
         "preflight_prompts": Field("int", 32, "prompts sampled by the pre-flight", minimum=1, rlft_only=True),
-        "min_mixed_fraction": Field("float", 0.1, "pre-flight refuses below this share of mixed groups",
+        "preflight_max_prompts": Field("int", 128, "pre-flight: prompts it may sample, doubling from "
+                                       "preflight_prompts, while the mixed share is within noise of the threshold",
+                                       minimum=1, rlft_only=True),
+        "min_mixed_fraction": Field("float", 0.1, "pre-flight refuses when the mixed share is clearly below this "
+                                    "(its 90% interval's upper bound under it)",
                                     minimum=0.0, maximum=1.0, rlft_only=True),
         "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
                                 rlft_only=True),
@@ -132,7 +136,20 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "holdout": Field("str", None, "held-out prompts + gold, scored with greedy decoding every "
                          "holdout_every steps (the reward-hacking check)", rlft_only=True),
         "holdout_verifier": Field("str", "math", "verifier for the held-out check", rlft_only=True),
-        "holdout_every": Field("int", 50, "steps between held-out checks", minimum=1, rlft_only=True),
+        "holdout_every": Field("int", None, "steps between held-out checks (default: a tenth of the run)",
+                               minimum=1, rlft_only=True),
+        "auto_holdout": Field("bool", True, "without watch.holdout: check the method's held-out metric on the eval "
+                              "rows, else on a seeded slice of the training rows (false: train on all, unwatched)",
+                              rlft_only=True),
+        "auto_holdout_fraction": Field("float", 0.05, "share of the training rows the slice takes (at least 50, "
+                                       "at most 20% and holdout_max_rows)", minimum=0.0, maximum=0.5,
+                                       rlft_only=True),
+        "overfit_checks": Field("int", 3, "overfitting alarm: held-out checks in a row below the best by more "
+                                "than their noise", minimum=1, rlft_only=True),
+        "keep_best": Field("bool", True, "the run folder's model is the best held-out check's (the last in last/)",
+                           rlft_only=True),
+        "max_passes": Field("float", None, "warn above this many passes over the data (default per method: "
+                            "DPO/KTO/reward 3, SFT 10)", minimum=0.0, rlft_only=True),
         "holdout_max_rows": Field("int", 100, "held-out rows scored per check", minimum=1, rlft_only=True),
         "holdout_max_new_tokens": Field("int", 32, "generation budget of the held-out check", minimum=1,
                                         rlft_only=True),

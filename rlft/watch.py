@@ -14,13 +14,20 @@ from rlft.alarms import Thresholds
 
 @dataclass
 class Holdout:
-    """The held-out check: rows with gold fields, the verifier's reward function, and when to run."""
+    """The held-out check: its rows, how they are scored (rlft.heldout: the metric follows `kind`; `scorer` is the
+    verifier's reward function for pass@1), and when to run (`every`: None = a tenth of the run's steps)."""
 
     rows: list[dict]
-    scorer: Callable
-    verifier: str
-    every: int
+    scorer: Callable | None
+    verifier: str | None
+    every: int | None
     max_new_tokens: int
+    kind: str = "verifiable"
+    source: str = "file"  # file (watch.holdout) | eval (data.eval) | slice (watch.auto_holdout)
+    reward_model: bool = False  # score pairs with the reward model's head (rlft reward)
+
+    def every_for(self, max_steps: int) -> int:
+        return self.every or max(1, -(-max_steps // 10))
 
 
 @dataclass
@@ -29,6 +36,9 @@ class WatchSetup:
     on_alarm: str = "warn"
     holdout: Holdout | None = None
     samples: int = 3
+    overfit_checks: int = 3
+    keep_best: bool = True
+    on_check: Callable | None = None  # (step, score) -> stop training? (rlft sweep's pruner)
 
 
 def prepare_watch(cfg) -> WatchSetup:
@@ -36,7 +46,9 @@ def prepare_watch(cfg) -> WatchSetup:
     Called before the run folder is touched, so a bad holdout file leaves nothing behind."""
     watch = dict(cfg.values.get("watch") or {}) if cfg is not None else {}
     setup = WatchSetup(Thresholds.from_watch(watch, getattr(cfg, "method", None)), watch.get("on_alarm") or "warn",
-                       samples=int(watch.get("samples", 3) if watch.get("samples") is not None else 3))
+                       samples=int(watch.get("samples", 3) if watch.get("samples") is not None else 3),
+                       overfit_checks=int(watch.get("overfit_checks") or 3),
+                       keep_best=watch.get("keep_best", True) is not False)
     if watch.get("holdout"):
         from rlft.data import read_rows
         from rlft.verifiers.loading import load_verifiers, validate_gold
@@ -49,6 +61,52 @@ def prepare_watch(cfg) -> WatchSetup:
             rows = wrap_as_chat(rows)
         validate_gold(rows, [spec])
         scorer, _ = load_verifiers([spec])
-        setup.holdout = Holdout([r.data for r in rows], scorer, spec, int(watch.get("holdout_every") or 50),
+        setup.holdout = Holdout([r.data for r in rows], scorer, spec, watch.get("holdout_every"),
                                 int(watch.get("holdout_max_new_tokens") or 32))
     return setup
+
+
+def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: WatchSetup, console) -> list:
+    """Give a run without `watch.holdout` its held-out check (rlft.heldout): on its eval rows, else on a seeded
+    slice of its training rows, which it returns without that slice. Says which, once."""
+    from rlft.heldout import metric_for, prompt_groups, slice_size, split_by_prompt
+
+    watch = dict(cfg.values.get("watch") or {})
+    if setup.holdout is not None:
+        return train_rows
+    if not watch.get("auto_holdout", True):
+        console.print("[yellow]note[/]: no held-out check (watch.auto_holdout=false): a falling held-out score "
+                      "(over-training) goes unseen, and the final model is the last one", highlight=False)
+        return train_rows
+    limit = int(watch.get("holdout_max_rows") or 100)
+    source, held = "eval", eval_rows[:limit]
+    if not held:
+        n = slice_size(len(prompt_groups(train_rows)), float(watch.get("auto_holdout_fraction") or 0.05), limit)
+        if n < 10:
+            console.print(f"[yellow]note[/]: no held-out check: {len(train_rows)} rows are too few to hold any "
+                          "out", highlight=False)
+            return train_rows
+        source = "slice"
+        train_rows, held = split_by_prompt(train_rows, n, cfg.train.seed)
+    rows = [r.data for r in held]
+    scorer, spec = None, None
+    if kind in ("verifiable", "prompts"):
+        from rlft.verifiers.loading import load_verifiers
+
+        section = cfg.values.get(cfg.method) or {}
+        specs = list(section.get("verifiers") or []) or [section.get("heldout_verifier")
+                                                          or watch.get("holdout_verifier") or "math"]
+        spec = specs[0]
+        scorer, gold = load_verifiers([spec])
+        if any(any(k not in r for k in gold) for r in rows):
+            console.print(f"[yellow]note[/]: no held-out check: the rows carry no gold for {spec} "
+                          f"({', '.join(sorted(gold))})", highlight=False)
+            return train_rows if source == "eval" else train_rows + held
+    metric = "pair_accuracy" if cfg.method == "reward" else metric_for(kind, rows)
+    setup.holdout = Holdout(rows, scorer, spec, watch.get("holdout_every"),
+                            int(watch.get("holdout_max_new_tokens") or 32), kind, source, cfg.method == "reward")
+    where = ("the eval rows" if source == "eval" else
+             f"a seeded {len(rows) / (len(rows) + len(train_rows)):.0%} of the training rows, not trained on")
+    console.print(f"held-out check: {metric} on {len(rows)} rows ({where}); turn off with --set "
+                  "watch.auto_holdout=false", highlight=False)
+    return train_rows

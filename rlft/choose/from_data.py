@@ -90,4 +90,6 @@ def preflight(s: Signal, num_generations: int = 8, max_prompts: int = 64, rows: 
     s.pass_rate = float(result.pass_rate)
     s.mixed_fraction = float(result.mixed_fraction) if result.mixed_fraction is not None else None
     s.preflight_verdict = getattr(result, "verdict", None)
+    s.mixed_interval = getattr(result, "mixed_interval", None)
+    s.preflight_prompts = getattr(result, "prompts", None)
     return s

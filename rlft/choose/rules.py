@@ -132,6 +132,8 @@ class Signal:
     model: str | None = None                    # --model, carried into the next commands
     pass_rate: float | None = None              # pre-flight: share of sampled answers that pass
     mixed_fraction: float | None = None         # pre-flight: share of prompts whose G rewards differ
+    mixed_interval: tuple | None = None         # pre-flight: its 90% Wilson interval over `preflight_prompts`
+    preflight_prompts: int | None = None
     preflight_verdict: str | None = None
     # from data files
     paths: list[str] = field(default_factory=list)
@@ -317,8 +319,10 @@ def rule_verifier(s: Signal, r: Recommendation) -> None:
                    "mixed-group share), or pass --pass-rate/--mixed-fraction if you measured them")
         return
     p, m = s.pass_rate, s.mixed_fraction
+    noise = (f" (90% interval {s.mixed_interval[0]:.0%}-{s.mixed_interval[1]:.0%} over {s.preflight_prompts} "
+             "prompts)") if s.mixed_interval else ""
     r.reasons.append(f"pre-flight: the model passes {p:.0%} of sampled answers"
-                     + (f"; {m:.0%} of prompts give a mixed group" if m is not None else ""))
+                     + (f"; {m:.0%} of prompts give a mixed group{noise}" if m is not None else ""))
     if p == 0:
         r.method, r.then = "sft", "grpo"
         r.reasons.insert(0, "the model never passes yet, so GRPO would have nothing to reward: SFT first (on "
@@ -329,7 +333,10 @@ def rule_verifier(s: Signal, r: Recommendation) -> None:
     if p >= PASS_RATE_HIGH:
         r.note("warning", "too_easy", f"the model already passes {p:.0%}: most groups are all-correct and teach "
                "nothing; add harder prompts before spending GRPO compute")
-    if m is not None and m < MIXED_MIN:
+    if m is not None and s.mixed_interval and m < MIXED_MIN <= s.mixed_interval[1]:
+        r.note("warning", "zero_signal_within_noise", f"{m:.0%} of prompts give a mixed group, within noise of "
+               f"{MIXED_MIN:.0%} (interval above): GRPO may learn slowly; its zero_signal alarm watches the run")
+    elif m is not None and m < MIXED_MIN:
         mostly_failing = p < 0.5
         fix = ("SFT first, then measure again" if mostly_failing else
                "add harder prompts, keep the ones the model solves sometimes, or raise num_generations")

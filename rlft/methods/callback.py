@@ -1,7 +1,8 @@
 """`RunCallback`: the transformers TrainerCallback that watches every TRL-backed run.
 
 It feeds the trainer's logs to rlft.monitor.Watcher (metrics.jsonl, alarms, samples), drives the progress line,
-runs the held-out check of `watch.holdout` at the start, every holdout_every steps and at the last step, asks
+runs the held-out check (rlft.watch, rlft.heldout) at the start, every holdout_every steps (default: a tenth of the
+run) and at the last step, saves the model of the best check so far to out/best (watch.keep_best), asks
 the trainer to save a checkpoint and stop when an alarm fires under `watch.on_alarm: stop`, and turns a
 SIGINT/SIGTERM caught by `rlft.run.Interrupt` into "save a checkpoint, then stop". Only method modules import
 this one, and they are imported inside the commands, so transformers is not loaded before a run starts.
@@ -38,6 +39,9 @@ class RunCallback(TrainerCallback):
         self.last: dict[str, Any] = {}
         self.line = ProgressLine()
         self.max_steps = 0
+        self.out = Path(out)
+        self.trainer = None
+        self.best_step: int | None = None  # the step whose model is saved in out/best (watch.keep_best)
 
     @property
     def stopped_by(self) -> Alarm | None:
@@ -49,6 +53,7 @@ class RunCallback(TrainerCallback):
 
     def attach(self, trainer) -> None:
         """Wrap a GRPO-style trainer's plain reward functions to capture rollouts and their rewards."""
+        self.trainer = trainer
         funcs = getattr(trainer, "reward_funcs", None)
         if not funcs:
             return
@@ -75,10 +80,13 @@ class RunCallback(TrainerCallback):
         if self.progress is not None:
             self.progress.update(self.task, completed=state.global_step)
         h = self.setup.holdout
-        if h is not None and (state.global_step % h.every == 0 or state.global_step == state.max_steps):
+        if h is not None and (state.global_step % h.every_for(state.max_steps) == 0
+                              or state.global_step == state.max_steps):
             self._heldout(state, control, kwargs)
         if self.interrupt.signum is not None:
             control.should_save = True
+            control.should_training_stop = True
+        if self.watcher.prune:
             control.should_training_stop = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -109,11 +117,27 @@ class RunCallback(TrainerCallback):
         model, tok = kwargs.get("model"), kwargs.get("processing_class") or kwargs.get("tokenizer")
         if model is None or tok is None:
             return
-        if any(r.get("step") == state.global_step and "heldout/pass_at_1" in r for r in self.watcher.history):
+        if any(r.get("step") == state.global_step and "heldout/score" in r for r in self.watcher.history):
             return
         record = self.watcher.heldout(model, tok, state.global_step, state.epoch or 0.0)
+        self._save_if_best()
         self._stop_if_asked(control)
         self._refresh(record)
+
+    def _save_if_best(self) -> None:
+        """Save the model to out/start at the step-0 check, and to out/best when a later check is the best so
+        far (ties: the later one): the candidates rlft.overfit.kept_check chooses from."""
+        from rlft.overfit import best_check
+
+        if not self.setup.keep_best or self.trainer is None or not self.watcher.checks:
+            return
+        latest = self.watcher.checks[-1]
+        if latest.step == 0:
+            self.trainer.save_model(str(self.out / "start"))
+            return
+        if best_check(self.watcher.checks) is latest and latest.step != self.best_step:
+            self.trainer.save_model(str(self.out / "best"))
+            self.best_step = latest.step
 
     def _samples(self, state) -> None:
         if self.watcher.last_samples_step == state.global_step:

@@ -209,11 +209,13 @@ class Run:
 
 
 def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool = False, resume: bool = False,
-              console: Console | None = None) -> tuple[Run, Prepared]:
+              console: Console | None = None, held_out: bool = False) -> tuple[Run, Prepared]:
     """Everything before training, for every method (`kind` of rows, the method's `prepare`): see the module
     docstring. Nothing is written before `prepare` returns (a refused pre-flight leaves nothing behind); from
     the RunRecord on, any ending is recorded in summary.json (the caller wraps training in
-    `run.record.closing_on_error()`)."""
+    `run.record.closing_on_error()`). With `held_out` (the TRL methods), a run without watch.holdout gets its
+    held-out check (rlft.watch.auto_holdout: the eval rows, else a seeded slice of the training rows); every
+    run says when its planned passes over the data are too many (rlft.budget)."""
     from rlft.data import load_split
     from rlft.quiet import quiet_libraries
     from rlft.watch import prepare_watch
@@ -231,7 +233,15 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
     watch = prepare_watch(cfg)  # thresholds, alarm names, the holdout file: also before writing
     if not resume and main:  # refuse a busy output_dir before any slow work
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
+    if held_out:
+        from rlft.watch import auto_holdout
+
+        train_rows = auto_holdout(cfg, kind, train_rows, eval_rows, watch, console)
     note_plain_prompts(cfg, train_rows, console)
+    from rlft.budget import warning
+
+    if main and (line := warning(cfg, len(train_rows))):
+        console.print(f"[yellow]warning[/]: {line}", highlight=False, soft_wrap=True)
     prepared = prepare(cfg, train_rows, eval_rows, console)
     if main:
         out = prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, resume=resume)
@@ -262,18 +272,20 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
 
 
 def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume: bool = False,
-          console: Console | None = None) -> RunResult:
+          console: Console | None = None, on_check: Callable | None = None) -> RunResult:
     """Run one TRL-backed training job end to end; see the module docstring.
 
     The run is watched (rlft.methods.callback: alarms, samples, the held-out check of `watch`); with
     `watch.on_alarm: stop` an alarm saves a checkpoint and ends the run as `stopped` (exit code 4). Every run
-    that ends, completed, interrupted or stopped, gets its report.
+    that ends, completed, interrupted or stopped, gets its report. `on_check(step, score) -> stop?` hears every
+    held-out check (rlft sweep's pruner); True ends training there, as a completed (shorter) run.
     """
     from rlft.methods.callback import RunCallback
 
     run, prepared = start_run(cfg, method.KIND, method.prepare, overwrite=overwrite, resume=resume,
-                              console=console)
+                              console=console, held_out=True)
     out, console, ckpt = run.out, run.console, run.checkpoint
+    run.watch.on_check = on_check
     interrupt = Interrupt()
     callback = None
     with run.record.closing_on_error():  # from here on, any ending is recorded in summary.json
@@ -302,9 +314,10 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             if interrupt.signum is not None:
                 return run.end("interrupted", step, alarms=alarms, signum=interrupt.signum)
             if callback.stopped_by is not None:
+                kept = keep_best(trainer, out, callback, console) if callback.stopped_by.name == "overfitting" else {}
                 return run.end("stopped", step, alarms=alarms, stopped_by=callback.stopped_by,
-                               last_log=callback.last)
-            trainer.save_model(str(out))
+                               last_log=callback.last, **kept)
+            kept = keep_best(trainer, out, callback, console)
             final = dict(result.metrics)
             if getattr(trainer, "eval_dataset", None) is not None:
                 evals = [h for h in trainer.state.log_history if "eval_loss" in h]
@@ -314,10 +327,46 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
                     final.update(trainer.evaluate())
             final.update(method.after(cfg, trainer, prepared, console))
             return run.end("completed", step, alarms=alarms, final=final,
-                           train_seconds=round(time.time() - start, 2), last_log=callback.last)
+                           train_seconds=round(time.time() - start, 2), last_log=callback.last, **kept)
         finally:
             if callback is not None:
                 callback.close()
+
+
+def keep_best(trainer, out: Path, callback, console: Console) -> dict[str, Any]:
+    """Save the final model into the run folder: the best held-out check's (out/best, saved by the callback) with
+    the last one beside it in out/last, or the last one when it is the best or watch.keep_best is off. Returns
+    summary.json's `heldout` (metric, curve) and `kept` (step, why). `final_metrics` stay the last model's (in
+    last/ when the kept one differs)."""
+    import shutil
+
+    from rlft.overfit import kept_check, summary
+
+    checks = callback.watcher.checks
+    kept, why = kept_check(checks, alarm="overfitting" in callback.watcher.alarm_names)
+    last_step = trainer.state.global_step
+    best_dir = out / ("start" if kept is not None and kept.step == 0 else "best")
+    use_best = (kept is not None and kept.step in (0, callback.best_step) and kept.step != last_step
+                and best_dir.is_dir() and callback.setup.keep_best)
+    if use_best:
+        trainer.save_model(str(out / "last"))  # every process calls save_model (it saves on the main one)
+        if is_main_process():
+            for f in best_dir.iterdir():
+                if f.is_file():
+                    shutil.copy2(f, out / f.name)
+            console.print(f"[bold]kept[/] the model of step {kept.step}: {why}", highlight=False)
+    else:
+        trainer.save_model(str(out))
+        if kept is not None and kept.step != last_step:
+            why = ("the last model (watch.keep_best=false)" if not callback.setup.keep_best
+                   else "the last model (the best check's model was not saved)")
+            kept = checks[-1]
+    if is_main_process():
+        shutil.rmtree(out / "best", ignore_errors=True)
+        shutil.rmtree(out / "start", ignore_errors=True)
+    if not checks:
+        return {}
+    return {"heldout": summary(checks), "kept": {"step": kept.step, "score": round(kept.score, 4), "why": why}}
 
 
 def load_run_tokenizer(cfg: RunConfig):

@@ -93,13 +93,15 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
         result = probe(model, tok, [r.data for r in train_rows], reward_fn,
                        num_generations=sec["num_generations"], max_prompts=n,
                        max_new_tokens=sec["max_completion_length"], temperature=sec["temperature"],
-                       min_mixed=sec["min_mixed_fraction"], section=section)
-        console.print(f"pre-flight: pass rate {result.pass_rate:.2f}, mixed groups {result.mixed_fraction:.2f}, "
-                      f"truncated {result.truncation_rate:.2f} over {result.prompts} prompts x "
-                      f"{result.num_generations} -> [bold]{result.verdict}[/]")
+                       min_mixed=sec["min_mixed_fraction"], section=section,
+                       max_prompts_cap=sec.get("preflight_max_prompts"))
+        console.print(f"pre-flight: {result.line()}", highlight=False)
         if result.verdict == "refuse" and sec["preflight"]:
+            lo, hi = result.mixed_interval
             raise PreflightRefused(f"pre-flight refused: only {result.mixed_fraction:.0%} of groups have mixed "
-                                   f"rewards (pass rate {result.pass_rate:.0%}); all-equal groups teach nothing",
+                                   f"rewards ({lo:.0%}-{hi:.0%} over {result.prompts} prompts, clearly below "
+                                   f"{result.min_mixed:g}; pass rate {result.pass_rate:.0%}): all-equal groups "
+                                   "teach nothing",
                                    "; ".join(result.advice) + " (or --no-preflight to run anyway)")
         if sec["filter_prompts"]:
             kept = [r for r, mixed in zip(train_rows, result.mixed) if mixed]

@@ -1,0 +1,66 @@
+"""`rlft sweep`: short trials of one method over a grid or range of config values, judged on the held-out
+metric, pruned by Optuna; a table, a plot and the best config as a recipe (logic: rlft.sweep)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from rlft.commands import options as o
+from rlft.errors import UserError
+
+METHODS = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "distill")
+
+
+def run_trial(cfg, console, on_check):
+    """One trial's run (rlft.methods.common.train), its held-out checks reported through `on_check`."""
+    from rlft.methods import distill, dpo, grpo, kto, reward, rloo, sft
+    from rlft.methods.common import train
+
+    module = {"sft": sft, "dpo": dpo, "kto": kto, "reward": reward, "grpo": grpo, "rloo": rloo,
+              "distill": distill}[cfg.method]
+    return train(cfg, module, overwrite=True, console=console, on_check=on_check)
+
+
+def sweep(
+    method: Annotated[str, typer.Argument(help="The method to sweep: sft, dpo, kto, reward, grpo, rloo, distill.")],
+    grid: Annotated[Optional[list[str]], typer.Option("--grid", help="KEY=V1,V2,...: values to try, e.g. "
+                                                      "train.learning_rate=1e-5,3e-5,1e-4. Repeatable.")] = None,
+    range_: Annotated[Optional[list[str]], typer.Option("--range", help="KEY=LOW:HIGH[:log]: a range Optuna's TPE "
+                                                        "sampler draws from. Repeatable.")] = None,
+    trials: Annotated[Optional[int], typer.Option(help="Trials (default: every grid combination; 8 with a "
+                                                  "--range).", min=1)] = None,
+    trial_steps: Annotated[int, typer.Option(help="Optimizer steps per trial (train.max_steps).", min=1)] = 50,
+    data: Annotated[Optional[list[str]], typer.Option("--data", "-d", help="Training file(s) (data.train).")] = None,
+    recipe: o.Recipe = None, model: o.Model = None, output_dir: o.OutputDir = None, seed: o.Seed = None,
+    set_: o.Sets = None, overwrite: o.RunOverwrite = False,
+) -> None:
+    """Short trials over a grid or range, judged on the held-out metric, bad ones pruned; the best as a recipe."""
+    from rlft import sweep as sw
+    from rlft.config import resolve
+
+    if method not in METHODS:
+        hint = "; rlft's PPO is not swept yet" if method == "ppo" else ""
+        raise UserError(f"rlft sweep {method}: not a method it sweeps{hint}", f"use one of {', '.join(METHODS)}")
+    space = sw.parse_space(list(grid or []), list(range_ or []))
+    out = Path(output_dir or f"runs/sweep-{method}").expanduser()
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"{out} is not empty", "pass another --output-dir, or --overwrite to replace its trials")
+    flags = {"model.name_or_path": (model, "--model"), "data.train": (list(data) if data else None, "--data"),
+             "train.seed": (seed, "--seed")}
+    sets = list(set_ or [])
+    resolve(method, recipe, flags, sets)  # the base config: every problem at once, before any trial
+    sw.check_space(method, recipe, flags, sets, space)
+    result = sw.sweep(method, recipe, flags, sets, space, out, trials=trials, trial_steps=trial_steps,
+                      seed=seed or 0, console=o.err_console, run_trial=run_trial)
+    from rich.table import Table
+
+    t = Table("trial", "params", "status", "steps", "held-out (best trained check)", title=f"rlft sweep {method}")
+    for row in sw.table(result["trials"]):
+        t.add_row(*row)
+    o.out_console.print(t)
+    best = result["best"]
+    o.out_console.print(f"best: trial {best['trial']} ({best['value']:.3f}); recipe {result['recipe']}\n"
+                        f"run it: rlft {method} --recipe {result['recipe']} -o runs/{method}-best", highlight=False)

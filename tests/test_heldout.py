@@ -1,0 +1,90 @@
+"""The held-out signal every run gets by default: the slice, the metric per kind of rows, the budget warning,
+and what a run folder keeps."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import DATA, ROOT
+
+from rlft.heldout import measure, metric_for, slice_size, split_by_prompt
+
+THUMBS = [json.loads(line) for line in (DATA / "arith/thumbs_train.jsonl").read_text().splitlines()[:600]]
+PAIRS = [json.loads(line) for line in (DATA / "arith/pairs_train.jsonl").read_text().splitlines()[:300]]
+
+
+def test_slice_has_a_floor_a_ceiling_and_a_share_cap():
+    assert slice_size(2000) == 100  # 5% of 2,000 prompts, at the ceiling
+    assert slice_size(300) == 50    # the floor: 5% would be 15
+    assert slice_size(100) == 20    # never more than 20% of the prompts
+    assert slice_size(20000, ceiling=200) == 200
+
+
+def test_split_keeps_each_prompt_on_one_side_and_is_seeded():
+    train, held = split_by_prompt(THUMBS, 50, seed=42)
+    assert len(train) + len(held) == len(THUMBS) and len(held) == 100  # 50 prompts, true and false rows each
+    assert not {r["prompt"] for r in held} & {r["prompt"] for r in train}
+    assert split_by_prompt(THUMBS, 50, seed=42)[1] == held and split_by_prompt(THUMBS, 50, seed=7)[1] != held
+
+
+def test_metric_follows_the_rows():
+    assert metric_for("pairs", PAIRS) == "pass_at_1"  # short chosen answers are gold answers
+    assert metric_for("pairs", [{"prompt": "p", "chosen": "x" * 200, "rejected": "y"}]) == "pair_accuracy"
+    assert metric_for("thumbs", [{"prompt": "p", "completion": "a long answer " * 5, "label": True}]) \
+        == "desirable_above_undesirable"
+    assert metric_for("demonstrations", []) == "neg_token_loss"
+
+
+def test_measures_on_the_sft_model(sft_model):
+    from rlft.models import load_for_inference, load_tokenizer
+
+    tok, net = load_tokenizer(str(sft_model)), load_for_inference(str(sft_model))
+    long_pairs = [{"prompt": p["prompt"], "chosen": p["chosen"] + " " * 40, "rejected": p["rejected"] + " " * 40}
+                  for p in PAIRS[:40]]
+    acc = measure("pairs", net, tok, long_pairs)
+    assert acc.metric == "pair_accuracy" and acc.n == 40 and acc.per_row == [float(x >= 1) for x in acc.per_row]
+    assert abs(acc.stderr - (acc.value * (1 - acc.value) / 40) ** 0.5) < 1e-9 and len(acc.per_row) == 40
+    assert acc.value == sum(acc.per_row) / 40
+    loss = measure("demonstrations", net, tok, [{"prompt": p["prompt"], "completion": p["chosen"]} for p in PAIRS[:40]])
+    wrong = measure("demonstrations", net, tok, [{"prompt": p["prompt"], "completion": p["rejected"]}
+                                                 for p in PAIRS[:40]])
+    assert loss.value > wrong.value  # the right sums cost fewer nats than the slips
+    p1 = measure("pairs", net, tok, PAIRS[:40], max_new_tokens=4)
+    assert p1.metric == "pass_at_1" and p1.n == 40 and p1.samples
+
+
+def test_a_run_gets_a_held_out_check_and_keeps_the_best_model(cli, sft_model, tmp_path):
+    thumbs = tmp_path / "thumbs.jsonl"
+    thumbs.write_text("".join(json.dumps(r) + "\n" for r in THUMBS))
+    out = tmp_path / "kto"
+    r = cli("kto", "--recipe", ROOT / "recipes/kto_tiny.yaml", "--feedback", thumbs, "--model", sft_model, "-o", out,
+            "--max-steps", "40", "--lr", "1e-3", "--set", "watch.holdout_max_new_tokens=4")
+    assert r.code == 0, r.text
+    assert "held-out check: pass_at_1 on 100 rows" in r.text
+    assert "budget: 40 steps x 32 rows = 2.6 passes" not in r.text  # under 3 passes: no warning
+    summary = json.loads((out / "summary.json").read_text())
+    curve = summary["heldout"]["curve"]
+    assert summary["train_rows"] == 500 and summary["heldout"]["metric"] == "pass_at_1" and len(curve) >= 5
+    kept = summary["kept"]
+    best = max(c["score"] for c in curve)
+    best_step = max(c["step"] for c in curve if c["score"] == best)
+    # the best check's model, or the last one when it is within noise of the best (rlft.overfit.kept_check)
+    assert (kept["step"], kept["score"]) in ((best_step, best), (curve[-1]["step"], curve[-1]["score"])), kept
+    assert not (out / "best").exists() and not (out / "start").exists()
+    assert (out / "last").is_dir() == (kept["step"] != summary["global_step"])
+    rows = [json.loads(line) for line in (out / "heldout_rows.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in rows] == [c["step"] for c in curve] and len(rows[0]["per_row"]) == 50
+    if (out / "last").is_dir():  # the folder's model is the kept one, not the last
+        assert (out / "model.safetensors").read_bytes() != (out / "last/model.safetensors").read_bytes()
+
+
+def test_budget_warns_past_three_passes_and_auto_holdout_can_be_turned_off(cli, sft_model, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in PAIRS[:100]))
+    r = cli("dpo", "--pairs", pairs, "--model", sft_model, "-o", tmp_path / "dpo", "--max-steps", "2",
+            "--batch-size", "200", "--set", "watch.auto_holdout=false", "--set", "dpo.max_length=32")
+    assert r.code == 0, r.text
+    assert "budget: 2 steps x 200 rows = 4.0 passes over 100 training rows, more than 3 for dpo" in r.text
+    assert "1-2 passes is 1-1 steps" in r.text or "1-2 passes is 1-" in r.text
+    assert "no held-out check (watch.auto_holdout=false)" in r.text
+    assert not (tmp_path / "dpo/heldout_rows.jsonl").exists()

@@ -1,0 +1,69 @@
+"""The overfitting alarm fires on a recorded over-training curve and not on a healthy or merely noisy one; the
+run keeps the best held-out check's model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlft.overfit import Check, fall_noise, kept_check, overfitting
+
+FIXTURE = Path(__file__).parent / "fixtures" / "overfit_kto_600.jsonl"
+
+
+def curve(scores, n=50, start_right=None):
+    """Checks on the same n rows: score s means the first round(s*n) rows right (so falls are paired)."""
+    out = []
+    for i, s in enumerate(scores):
+        k = round(s * n)
+        out.append(Check(i * 10, k / n, [1.0] * k + [0.0] * (n - k), "pass_at_1", (k / n * (1 - k / n) / n) ** 0.5))
+    return out
+
+
+FALLING_LOSS = [(s, 1.0 - s / 200) for s in range(5, 200, 5)]
+FLAT_LOSS = [(s, 0.5) for s in range(5, 200, 5)]
+
+
+def test_fires_on_the_recorded_kto_curve():
+    # recorded: rlft kto --recipe recipes/kto_tiny.yaml --max-steps 60 on 600 thumbs rows of another draw of
+    # data/arith/make_arith.py (seed 7), from the short SFT: 50 held-out prompts, checks every 6 steps
+    rows = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+    checks = [Check(r["step"], r["score"], r["per_row"], "pass_at_1", r["stderr"]) for r in rows if "score" in r]
+    losses = [(r["step"], r["loss"]) for r in rows if "loss" in r]
+    fired = [overfitting(checks[:i], losses) for i in range(1, len(checks) + 1)]
+    first = next(i for i, a in enumerate(fired) if a is not None)
+    alarm = fired[first]
+    assert alarm.name == "overfitting" and alarm.evidence["best_step"] == 6 and alarm.step == 24
+    assert "fewer passes" in alarm.fix and "lower learning rate" in alarm.fix
+    kept, why = kept_check(checks, alarm=True)
+    # step 6 (0.66) beat the start (0.62) by 2 rows of 50: within noise, so with the alarm the start is kept
+    assert kept.step == 0 and "starting model" in why and "last/" in why
+
+
+def test_silent_on_a_healthy_curve_and_on_noise():
+    assert overfitting(curve([0.4, 0.45, 0.5, 0.55, 0.6, 0.62]), FALLING_LOSS) is None
+    # one row up and down around the best: within its noise
+    assert overfitting(curve([0.5, 0.52, 0.5, 0.5, 0.52, 0.5]), FALLING_LOSS) is None
+
+
+def test_needs_the_training_objective_to_improve():
+    falling = curve([0.6, 0.7, 0.5, 0.45, 0.4])
+    assert overfitting(falling, FALLING_LOSS) is not None
+    assert overfitting(falling, FLAT_LOSS) is None  # held-out falls, training does not improve: not over-fitting
+
+
+def test_paired_noise_is_smaller_than_two_independent_binomials():
+    a, b = curve([0.6, 0.5], n=100)
+    independent = (a.stderr ** 2 + b.stderr ** 2) ** 0.5
+    assert fall_noise(a, b) < independent / 2  # only the 10 rows that flipped count
+
+
+def test_kept_check_prefers_the_later_of_equals_and_the_last_within_noise():
+    kept, why = kept_check(curve([0.5, 0.6, 0.6]))
+    assert kept.step == 20 and "last step scored best" in why
+    kept, why = kept_check(curve([0.5, 0.66, 0.6]))  # 3 rows of 50 below the best: noise, without the alarm
+    assert kept.step == 20 and "within 2 standard errors" in why
+    assert kept_check(curve([0.5, 0.66, 0.6]), alarm=True)[0].step == 10
+    kept, why = kept_check(curve([0.5, 0.8, 0.5]))
+    assert kept.step == 10 and "kept in last/" in why
+    assert kept_check(curve([0.5, 0.8, 0.5]), alarm=True)[0].step == 10  # clearly above the start: the best

@@ -1,0 +1,60 @@
+"""rlft sweep: bad grids are one error with nothing written; a sweep runs every trial, prunes through Optuna,
+and writes a table, a plot and a best recipe that `rlft <method> --recipe` loads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import DATA, ROOT
+
+from rlft.errors import UserError
+from rlft.sweep import parse_space
+
+
+@pytest.mark.parametrize("grid, rng, says", [
+    (["learning_rate=1e-5,1e-4"], [], "SECTION.KEY=V1,V2"),
+    (["train.learning_rate"], [], "SECTION.KEY=V1,V2"),
+    ([], ["train.learning_rate=1e-3:1e-5"], "LOW:HIGH"),
+    ([], ["train.learning_rate=0:1e-3:log"], "0 < LOW"),
+    ([], [], "needs something to vary"),
+    (["train.learning_rate=1e-5"], ["train.learning_rate=1e-5:1e-3"], "both a --grid and a --range"),
+])
+def test_bad_spaces_are_one_error(grid, rng, says):
+    with pytest.raises(UserError) as exc:
+        parse_space(grid, rng)
+    assert says in exc.value.message
+
+
+def test_grid_values_are_numbers():
+    space = parse_space(["train.learning_rate=1e-5,3e-5", "kto.loss_type=kto,apo_zero_unpaired"], [])
+    assert space.grid["train.learning_rate"] == [1e-5, 3e-5] and space.size() == 4
+    assert space.grid["kto.loss_type"] == ["kto", "apo_zero_unpaired"]
+
+
+def test_unknown_key_is_refused_before_any_trial(cli, tmp_path):
+    out = tmp_path / "sweep"
+    r = cli("sweep", "kto", "--recipe", ROOT / "recipes/kto_tiny.yaml", "--grid", "train.learnin_rate=1e-5,1e-4",
+            "-o", out)
+    assert r.code == 2 and "learnin_rate" in r.text and not out.exists()
+
+
+def test_sweep_writes_a_recipe_that_runs(cli, sft_model, tmp_path):
+    rows = (DATA / "arith/thumbs_train.jsonl").read_text().splitlines()[:600]
+    data = tmp_path / "thumbs.jsonl"
+    data.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "sweep"
+    r = cli("sweep", "kto", "--recipe", ROOT / "recipes/kto_tiny.yaml", "-d", data, "-m", sft_model, "-o", out,
+            "--grid", "train.learning_rate=1e-5,1e-3", "--trial-steps", "6", "--set", "watch.holdout_max_new_tokens=4")
+    assert r.code == 0, r.text
+    result = json.loads((out / "trials.json").read_text())
+    assert len(result["trials"]) == 2 and (out / "trials.png").stat().st_size > 0
+    assert {t["params"]["train.learning_rate"] for t in result["trials"]} == {1e-5, 1e-3}
+    best = result["best"]
+    assert best["value"] == max(t["value"] for t in result["trials"] if t["status"] != "pruned")
+    recipe = out / "best_recipe.yaml"
+    assert recipe.read_text().startswith("# Found by rlft sweep")
+    p = cli("kto", "--recipe", recipe, "--print-config")
+    assert p.code == 0, p.text
+    assert f"learning_rate: {best['params']['train.learning_rate']}" in p.out
+    assert "max_steps: -1" in p.out and "num_train_epochs: 3" in p.out  # the recipe's own length, not the trial's
