@@ -66,6 +66,11 @@ def prepare_watch(cfg) -> WatchSetup:
     return setup
 
 
+# Runs shorter than this get no automatic held-out check: ~10 checks of 50+ rows would cost more than the
+# training (a 4-step SmolLM2 GRPO run: each check ~ one step) and a few steps cannot over-train.
+AUTO_HOLDOUT_MIN_STEPS = 20
+
+
 def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: WatchSetup, console) -> list:
     """Give a run without `watch.holdout` its held-out check (rlft.heldout): on its eval rows, else on a seeded
     slice of its training rows, which it returns without that slice. Says which, once."""
@@ -77,6 +82,11 @@ def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: Watch
     if not watch.get("auto_holdout", True):
         console.print("[yellow]note[/]: no held-out check (watch.auto_holdout=false): a falling held-out score "
                       "(over-training) goes unseen, and the final model is the last one", highlight=False)
+        return train_rows
+    steps = int(cfg.train.get("max_steps") or 0)
+    if 0 < steps < AUTO_HOLDOUT_MIN_STEPS:
+        console.print(f"[yellow]note[/]: no held-out check: {steps} steps are too few to over-train and each "
+                      "check would cost as much as steps (--holdout FILE asks for one)", highlight=False)
         return train_rows
     limit = int(watch.get("holdout_max_rows") or 100)
     source, held = "eval", eval_rows[:limit]
