@@ -392,10 +392,18 @@ def reward_hacking(history: History, th: Thresholds) -> Alarm | None:
         return None
     spread = [v for _, v in series(history, "reward_std")[:HACK_REWARD_LOGS] if math.isfinite(v)]
     scale = _mean(spread) if spread and _mean(spread) > 0 else 1.0
+    # a 0/1 verifier's reward: a share of passing samples (in [0, 1], spread at most 0.5), on pass@1's scale
+    pass_rate = all(0.0 <= v <= 1.0 for _, v in rewards) and bool(spread) and max(spread) <= 0.5
     for (s0, h0), (s1, h1) in _flat_heldout_pairs(history, th):
         r0, r1 = _reward_at(rewards, s0), _reward_at(rewards, s1)
         fell = h0 - h1 >= _needed_drop(history, th, s0, h0) - 1e-9
         need = th.hacking_min_rise * (HACK_RISE_SHARE_ON_DROP if fell else 1.0) * scale
+        if pass_rate and r1 <= h1 and not fell:
+            # A pass-rate reward still below the greedy held-out pass@1: its rise is the samples catching up
+            # with the greedy answer (RL sharpens the distribution), not a reward the task does not back.
+            # SmolLM2 GRPO after SFT: reward 0.16 -> 0.33 at temperature 0.7 while held-out greedy pass@1
+            # stayed 0.575 on 40 rows, and all 150 held-out rows went 0.373 -> 0.533 (make demo-real).
+            continue
         if r1 - r0 >= need and r1 > r0 and any(s0 < s <= s1 for s, _ in rewards):
             return Alarm("reward_hacking", s1,
                          f"training reward rose {r0:.3g} -> {r1:.3g} (+{(r1 - r0) / scale:.1f} reward_std) "

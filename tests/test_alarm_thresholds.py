@@ -188,3 +188,12 @@ def test_nan_loss_names_the_step_and_the_numbers_around_it():
     alarm = alarms.nan_loss([{"step": 7, "loss": "nan", "grad_norm": 1e9, "learning_rate": 0.1}], TH)
     assert alarm.evidence == {"step": 7, "loss": "nan", "grad_norm": 1e9, "learning_rate": 0.1}
     assert alarms.nan_loss([{"loss": "inf"}], TH).step == 0  # a record without a step
+
+
+def test_a_pass_rate_reward_catching_up_with_greedy_is_not_hacking():
+    """RL sharpening: the sampled pass rate rises toward the greedy held-out pass@1 (make demo-real's GRPO:
+    0.16 -> 0.33 against a flat 0.575) -- quiet; the same rise past the held-out score still fires."""
+    catching_up = hacking([0.16] * 7 + [0.33] * 3, [0.575, 0.575], reward_std=0.36)
+    assert not fires(alarms.reward_hacking, catching_up)
+    past_it = hacking([0.5] * 7 + [0.7] * 3, [0.575, 0.575], reward_std=0.36)
+    assert fires(alarms.reward_hacking, past_it)
