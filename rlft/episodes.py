@@ -32,26 +32,41 @@ def first_mismatch(tok, prompt: list, completion: list, prompt_ids: list, comple
     return None if len(ids) <= len(rendered) else len(rendered)
 
 
-def mask_covers_tool_results(tok, completion: list, completion_ids: list, tool_mask: list) -> bool:
-    """The tokens kept out of the loss (tool_mask 0) are exactly the tool turns: one masked run per group of
-    tool results, holding each result's text, in order, and nothing the model generated."""
-    runs, start = [], None
-    for i, m in enumerate(list(tool_mask) + [1]):
-        if m == 0 and start is None:
-            start = i
-        elif m != 0 and start is not None:
-            runs.append(tok.decode(completion_ids[start:i]))
-            start = None
-    groups, current = [], []
-    for msg in completion:
-        if msg.get("role") == "tool":
-            current.append(str(msg.get("content", "")))
-        elif current:
-            groups.append(current)
-            current = []
-    if current:
-        groups.append(current)
-    return len(runs) == len(groups) and all(all(c in run for c in g) for run, g in zip(runs, groups))
+def expected_tool_mask(tok, prompt: list, completion: list, prompt_ids: list, tools=None,
+                       chat_template: str | None = None) -> list[int]:
+    """The loss mask the template implies for an episode's completion: 0 from just after the end-of-turn token of
+    each tool-calling assistant turn up to the next assistant header (the tool turns and the template's glue,
+    none of it generated), 1 elsewhere."""
+    def length(messages, gen):
+        ids = tok.apply_chat_template(messages, tools=tools or None, chat_template=chat_template, tokenize=True,
+                                      return_dict=False, add_generation_prompt=gen)
+        return ids["input_ids"] if isinstance(ids, dict) else ids
+
+    n = len(length(prompt + completion, False))
+    mask = [1] * (n - len(prompt_ids))
+    i = 0
+    while i < len(completion):
+        if completion[i].get("role") != "tool":
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(completion) and completion[j + 1].get("role") == "tool":
+            j += 1
+        before = length(prompt + completion[:i], False)
+        eos = max(k for k, t in enumerate(before) if t == tok.eos_token_id)
+        stop = len(length(prompt + completion[:j + 1], True))
+        for k in range(eos + 1 - len(prompt_ids), stop - len(prompt_ids)):
+            mask[k] = 0
+        i = j + 1
+    return mask
+
+
+def mask_covers_tool_results(tok, prompt: list, completion: list, prompt_ids: list, completion_ids: list,
+                             tool_mask: list, tools=None, chat_template: str | None = None) -> bool:
+    """The tokens kept out of the loss (tool_mask 0) are exactly the tool turns the template renders
+    (`expected_tool_mask`), compared over the episode's length (a truncated episode on what it has)."""
+    expected = expected_tool_mask(tok, prompt, completion, prompt_ids, tools, chat_template)
+    return list(tool_mask)[:len(completion_ids)] == expected[:len(completion_ids)]
 
 
 def watch_rendering(trainer, stats: ToolStats, console, every: int = 1) -> None:
@@ -78,7 +93,8 @@ def watch_rendering(trainer, stats: ToolStats, console, every: int = 1) -> None:
             ids = list(prompt_ids[i]) + list(completion_ids[i])
             note = f"trained on {trainer.processing_class.decode(ids[pos:pos + 12])!r}" if pos is not None else ""
         if pos is None and tool_mask is not None and not mask_covers_tool_results(
-                trainer.processing_class, completions[i], completion_ids[i], tool_mask[i]):
+                trainer.processing_class, list(prompts[i]), completions[i], prompt_ids[i], completion_ids[i],
+                tool_mask[i], tools, trainer.chat_template):
             pos, note = -1, "the loss mask does not cover exactly the tool results"
         if pos is not None:
             stats.render_mismatches += 1

@@ -274,15 +274,93 @@ def test_grpo_with_misbehaving_tools_completes_counts_them_and_trains_on_the_ren
     assert step["tools/failure_frequency"] >= 7 / 9 - 1e-6  # TRL's count: ours plus the unknown name
     summary = json.loads((out / "summary.json").read_text())
     assert summary["final_metrics"]["tool_errors"] == 6
+    report = (out / "report/report.md").read_text()
+    assert "6 bad" in report and "timeout 2" in report and "| tools/errors | 6 |" in report
     # Every episode: the ids trained on equal the template's rendering, and only tool results are masked out.
     checked = 0
     for trainer, prompts, (prompt_ids, completion_ids, tool_mask, completions, *_rest) in episodes:
         for i in range(len(prompts)):
             assert first_mismatch(trainer.processing_class, list(prompts[i]), completions[i], prompt_ids[i],
                                   completion_ids[i], trainer.tools, trainer.chat_template) is None
-            assert mask_covers_tool_results(trainer.processing_class, completions[i], completion_ids[i],
-                                            tool_mask[i])
+            assert mask_covers_tool_results(trainer.processing_class, list(prompts[i]), completions[i],
+                                            prompt_ids[i], completion_ids[i], tool_mask[i], trainer.tools,
+                                            trainer.chat_template)
             checked += 1
     assert checked == 9
     assert any(m.get("role") == "tool" and "timed out" in m["content"] for _, _, o in episodes for c in o[3]
                for m in c)
+
+
+def test_grpo_with_the_calculator_environment_runs_episodes(cli, tmp_path, monkeypatch, tiny_dir):
+    """--env through TRL's environment_factory: the guarded subclass's tools are found, called with the model's
+    arguments (a bad expression and a wrong argument name cost only their episodes), rows reach reset()."""
+    from trl import GRPOTrainer
+
+    from rlft.episodes import first_mismatch
+
+    first_turn = GRPOTrainer._generate_single_turn
+    calls = ['{"name": "calculate", "arguments": {"expression": "2+3"}}',
+             '{"name": "calculate", "arguments": {"expression": "2**99999999"}}',
+             '{"name": "calculate", "arguments": {"expr": "1"}}']
+    seen = []
+
+    def scripted(self, prompt_ids, images, fields, num_generations, has_tool_images=False):
+        if num_generations == 1:
+            return first_turn(self, prompt_ids, images, fields, num_generations, has_tool_images)
+        texts = [f"<tool_call>\n{calls[i % 3]}\n</tool_call><|im_end|>" for i in range(len(prompt_ids))]
+        return [self.processing_class(t)["input_ids"] for t in texts], None
+
+    generate = GRPOTrainer._generate
+
+    def recorded(self, prompts):
+        import copy
+
+        out = generate(self, copy.deepcopy(prompts))
+        seen.append((self, prompts, out))
+        return out
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", scripted)
+    monkeypatch.setattr(GRPOTrainer, "_generate", recorded)
+    out = tmp_path / "run"
+    r = cli("grpo", "-d", write_jsonl(tmp_path / "p.jsonl", ROWS), "--env",
+            str(DATA / "tools/calculator.py") + ":Calculator", "-o", out, "--max-steps", "1", "--batch-size", "6",
+            "--num-generations", "3", "--set", "grpo.max_completion_length=160", "--no-preflight")
+    assert r.code == 0, r.text
+    counts = json.loads((out / "tools.json").read_text())
+    assert counts["by_kind"] == {"raised": 2, "bad_arguments": 2} and counts["tool_calls"] >= 6
+    trainer, prompts, (prompt_ids, completion_ids, _mask, completions, *_rest) = seen[0]
+    tools = trainer._env_tools[None]
+    assert [t.__name__ for t in tools] == ["calculate"]
+    for i in range(len(prompts)):
+        assert first_mismatch(trainer.processing_class, list(prompts[i]), completions[i], prompt_ids[i],
+                              completion_ids[i], tools, trainer.chat_template) is None
+    assert completions[0][1] == {"role": "tool", "name": "calculate", "content": "5"}
+
+
+def test_the_rendering_check_names_a_lost_separator_and_a_shifted_mask(tiny_dir):
+    """What users of multi-turn RL report: a separator lost at the assistant -> tool boundary. The check finds its
+    position; a loss mask shifted by one token is caught too."""
+    from rlft.episodes import first_mismatch, mask_covers_tool_results
+    from rlft.models import load_tokenizer
+    from rlft.tools import tool_tokenizer
+
+    tok = tool_tokenizer(load_tokenizer("tiny"), "tiny")
+    prompt = [{"role": "user", "content": "2+3="}]
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]}
+    completion = [call, {"role": "tool", "name": "add", "content": "5"}, {"role": "assistant", "content": "5"}]
+    prompt_ids = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+    full = tok.apply_chat_template(prompt + completion, tokenize=True, return_dict=False)
+    good = full[len(prompt_ids):-1]  # the trailing newline after the last end-of-turn is never generated
+    assert first_mismatch(tok, prompt, completion, prompt_ids, good) is None
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    cut = good.index(end) + 1  # the "\n" after the tool call's end-of-turn
+    lost = good[:cut] + good[cut + 1:]
+    assert first_mismatch(tok, prompt, completion, prompt_ids, lost) == len(prompt_ids) + cut
+    tool_start = cut  # the tool turn runs from the newline to the next assistant header
+    header = tok("<|im_start|>assistant\n")["input_ids"]
+    tool_end = next(i for i in range(tool_start, len(good)) if good[i:i + len(header)] == header) + len(header)
+    mask = [1] * cut + [0] * (tool_end - tool_start) + [1] * (len(good) - tool_end)
+    assert mask_covers_tool_results(tok, prompt, completion, prompt_ids, good, mask)
+    shifted = [1] * (cut + 2) + [0] * (tool_end - tool_start) + [1] * (len(good) - tool_end - 2)
+    assert not mask_covers_tool_results(tok, prompt, completion, prompt_ids, good, shifted)
