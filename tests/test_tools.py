@@ -213,7 +213,11 @@ def test_a_template_without_tools_is_refused(tmp_path):
     from rlft.tools import tool_tokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_path())
-    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    # SmolLM2-135M-Instruct's template (its GGUF): it renders only `content`, so tool calls would vanish
+    tok.chat_template = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                         "{{ '<|im_start|>system\\nYou are a helpful AI assistant<|im_end|>\\n' }}{% endif %}"
+                         "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+                         "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
     with pytest.raises(UserError, match="cannot render tool calls"):
         tool_tokenizer(tok, "x")
 
