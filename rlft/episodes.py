@@ -103,3 +103,65 @@ def watch_rendering(trainer, stats: ToolStats, console, every: int = 1) -> None:
         return out
 
     trainer._generate = checked
+
+
+def run_episode(model, tok, prompt: list, tools: list, max_calls: int = 4, max_new_tokens: int = 64) -> list:
+    """One greedy episode, as TRL's loop runs it at training time: generate a turn; when it parses as tool calls
+    (the tokenizer's response template), call the (guarded) tools and append their results as `tool` turns; stop
+    at an answer or after `max_calls` rounds. Returns the completion's messages (the verifiers score the assistant
+    turns). A bad call becomes an error result, as in training."""
+    import torch
+    from trl.chat_template_utils import parse_response
+
+    from rlft.tools import ToolError
+
+    by_name = {t.__name__: t for t in tools}
+    completion: list = []
+    for _round in range(max_calls + 1):
+        ids = tok.apply_chat_template(prompt + completion, tools=tools or None, add_generation_prompt=True,
+                                      tokenize=True, return_dict=False)
+        ids = ids["input_ids"] if isinstance(ids, dict) else ids
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids], device=model.device), max_new_tokens=max_new_tokens,
+                                 do_sample=False, pad_token_id=tok.pad_token_id)
+        turn = parse_response(tok, out[0, len(ids):].tolist(), prefix=ids, tools=tools)
+        completion.append(turn)
+        calls = turn.get("tool_calls") or []
+        if not calls or _round == max_calls:
+            break
+        for call in calls:
+            fn = call.get("function") or {}
+            name, args = fn.get("name", "?"), fn.get("arguments")
+            try:
+                if name not in by_name or not isinstance(args, dict):
+                    raise ToolError("unknown", f"Tool {name} not found." if name not in by_name else "bad arguments")
+                result = by_name[name](**args)
+            except ToolError as exc:
+                result = str({"error": str(exc)})
+            completion.append({"role": "tool", "name": name, "content": result})
+    return completion
+
+
+def episode_success(model, tok, rows: list[dict], setup, scorer, max_new_tokens: int = 64) -> dict[str, float]:
+    """Greedy task success over held-out rows, episode by episode (`run_episode`), scored by `scorer`
+    (a verifier: f(completions, **row) -> rewards; reward >= 1 counts as a success), plus tool calls per episode.
+    `setup` (rlft.tools.ToolSetup) gives each row its guarded tools, from a fresh environment when there is one."""
+    was_training = model.training
+    model.eval()
+    rewards, calls = [], 0
+    try:
+        for row in rows:
+            tools, observation = setup.episode_tools(row)
+            prompt = list(row["prompt"])
+            if observation:  # TRL appends reset()'s string to the last prompt message
+                prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + observation}
+            completion = run_episode(model, tok, prompt, tools, setup.max_tool_calls, max_new_tokens)
+            calls += sum(len(m.get("tool_calls") or []) for m in completion)
+            extra = {k: [v] for k, v in row.items() if k != "prompt"}
+            reward = scorer([completion], prompts=[row["prompt"]], **extra)[0]
+            rewards.append(0.0 if reward is None else float(reward))
+    finally:
+        model.train(was_training)
+    n = max(len(rows), 1)
+    return {"heldout_task_success": sum(r >= 1.0 for r in rewards) / n, "heldout_mean_reward": sum(rewards) / n,
+            "heldout_tool_calls_per_episode": calls / n}

@@ -353,6 +353,15 @@ class ToolSetup:
     stats: ToolStats = field(default_factory=ToolStats)
     max_tool_calls: int = 4
 
+    def episode_tools(self, row: dict) -> tuple[list, str | None]:
+        """The tools of one held-out episode and reset()'s observation: the standalone tools, plus the methods
+        of a fresh environment reset on the row."""
+        if self.env_class is None:
+            return list(self.tools), None
+        env = self.env_class()
+        observation = env.reset(**row)
+        return list(self.tools) + [getattr(env, n) for n in tool_methods(self.env_class)], observation
+
     def trainer_kwargs(self) -> dict[str, Any]:
         """GRPOTrainer's `tools=` / `environment_factory=`, both guarded."""
         out: dict[str, Any] = {}

@@ -328,10 +328,13 @@ def test_grpo_with_the_calculator_environment_runs_episodes(cli, tmp_path, monke
     out = tmp_path / "run"
     r = cli("grpo", "-d", write_jsonl(tmp_path / "p.jsonl", ROWS), "--env",
             str(DATA / "tools/calculator.py") + ":Calculator", "-o", out, "--max-steps", "1", "--batch-size", "6",
-            "--num-generations", "3", "--set", "grpo.max_completion_length=160", "--no-preflight")
+            "--num-generations", "3", "--set", "grpo.max_completion_length=160", "--no-preflight",
+            "--eval-data", write_jsonl(tmp_path / "e.jsonl", ROWS[:2]), "--set", "grpo.heldout_max_new_tokens=24")
     assert r.code == 0, r.text
     counts = json.loads((out / "tools.json").read_text())
     assert counts["by_kind"] == {"raised": 2, "bad_arguments": 2} and counts["tool_calls"] >= 6
+    final = json.loads((out / "summary.json").read_text())["final_metrics"]
+    assert {"heldout_task_success", "heldout_tool_calls_per_episode"} <= set(final)  # episodes, not single turns
     trainer, prompts, (prompt_ids, completion_ids, _mask, completions, *_rest) = seen[0]
     tools = trainer._env_tools[None]
     assert [t.__name__ for t in tools] == ["calculate"]

@@ -151,6 +151,14 @@ def after(cfg, section: str, trainer, prepared: Prepared) -> dict[str, float]:
         out.update(tool_calls=counts["tool_calls"], tool_errors=counts["tool_errors"])
     if not prepared.eval_rows:
         return out
+    if prepared.tools is not None:  # episodes, tools called, as in training (rlft.episodes)
+        from rlft.episodes import episode_success
+
+        sec = cfg.values[section]
+        checker = load_verifiers(list(sec["verifiers"]) or [cfg.watch.holdout_verifier])[0]
+        return {**out, **episode_success(trainer.model, trainer.processing_class, [r.data for r in prepared.eval_rows],
+                                         prepared.tools, checker,
+                                         sec.get("heldout_max_new_tokens") or sec["max_completion_length"])}
     return {**out, **heldout(cfg, section, trainer, prepared.eval_rows, prepared.reward_fn)}
 
 
