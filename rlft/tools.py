@@ -239,6 +239,9 @@ def check_tool(fn, where: str, method: bool = False) -> None:
     (transformers.utils.get_json_schema builds the schema from them); refused with one line otherwise."""
     if not callable(fn):
         raise UserError(f"{where} is not a function", "list functions in TOOLS")
+    if inspect.iscoroutinefunction(fn):
+        raise UserError(f"tool {where} is async; rlft's guard (timeout, output cap) calls tools synchronously",
+                        "make it a plain def")
     if not (fn.__doc__ or "").strip():
         raise UserError(f"tool {where} has no docstring", "describe the tool and each argument (Args: name: ...)")
     params = list(inspect.signature(fn).parameters.values())[1 if method else 0:]
