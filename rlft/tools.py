@@ -291,14 +291,12 @@ def dry_episode(cls: type, row: dict, where: str) -> None:
 
 # --------------------------------------------------------------------------- chat templates
 
-# The tiny model's ChatML (rlft.models.CHATML_TEMPLATE) with tools: the tool names on a system line (a schema of a few
-# hundred characters would dwarf a character-level prompt), an assistant's tool calls rendered after its content as
-# <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Hermes / Qwen style, so TRL's Qwen3 response
-# template parses them), tool results as a `tool` turn. Without tools and tool calls it renders exactly as before.
+# The tiny model's ChatML (rlft.models.CHATML_TEMPLATE) with tool calls: an assistant's tool calls rendered after its
+# content as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Hermes / Qwen style, so TRL's Qwen3 response
+# template parses them), tool results as a `tool` turn. The tool list itself is not rendered: a character-level model
+# cannot read a schema, and SFT demonstrations (TRL's SFTTrainer does not pass a `tools` column to the template) and
+# GRPO prompts (rendered with tools=) must render the same prompt. Without tool calls it renders exactly as before.
 TOOL_CHATML_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\ntools: {% for t in tools %}"
-    "{{ t['function']['name'] if t['function'] is defined else t['name'] }}{% if not loop.last %}, {% endif %}"
-    "{% endfor %}<|im_end|>\n{% endif %}"
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] or '' }}"
     "{% for c in m['tool_calls'] or [] %}<tool_call>\n"
