@@ -118,7 +118,7 @@ pipeline-tools: install
 	$(BIN)/rlft sft -d data/tools/sft_train.jsonl -o $(OUT)/tools-sft --max-steps 300 --batch-size 32 --lr 3e-3 \
 		--set sft.max_length=200 --overwrite
 	$(BIN)/rlft grpo --model $(OUT)/tools-sft -d data/tools/grpo_prompts.jsonl --env data/tools/calculator.py:Calculator \
-		--verifier math --eval-data data/tools/test.jsonl -o $(OUT)/tools-grpo --max-steps 30 --batch-size 8 \
+		--verifier math --eval-data data/tools/test.jsonl -o $(OUT)/tools-grpo --max-steps 60 --batch-size 8 --lr 3e-5 \
 		--num-generations 4 --set grpo.max_completion_length=200 --set grpo.heldout_max_new_tokens=96 --overwrite
 
 pipeline-rlhf: install
