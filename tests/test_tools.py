@@ -371,3 +371,22 @@ def test_the_rendering_check_names_a_lost_separator_and_a_shifted_mask(tiny_dir)
     assert mask_covers_tool_results(tok, prompt, completion, prompt_ids, good, mask)
     shifted = [1] * (cut + 2) + [0] * (tool_end - tool_start) + [1] * (len(good) - tool_end - 2)
     assert not mask_covers_tool_results(tok, prompt, completion, prompt_ids, good, shifted)
+
+
+def test_sft_on_tool_demonstrations_trains_the_calls_not_the_results(cli, tmp_path, tiny_dir):
+    """SFT rows with tool calls get the tool template: the saved tokenizer renders them, and the assistant-only
+    loss covers the tool call and the answer, never the tool's result."""
+    from rlft.models import load_tokenizer
+    from rlft.tools import TOOL_CHATML_TEMPLATE
+
+    out = tmp_path / "sft"
+    r = cli("sft", "-d", DATA / "tools/sft_train.jsonl", "-o", out, "--max-steps", "1", "--batch-size", "4")
+    assert r.code == 0, r.text
+    tok = load_tokenizer(str(out))
+    assert tok.chat_template == TOOL_CHATML_TEMPLATE
+    row = json.loads((DATA / "tools/sft_train.jsonl").read_text().splitlines()[0])
+    enc = tok.apply_chat_template(row["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    trained = tok.decode([i for i, m in zip(enc["input_ids"], enc["assistant_masks"]) if m])
+    call, result = row["messages"][1]["tool_calls"][0], row["messages"][2]["content"]
+    assert trained == (f'<tool_call>\n{json.dumps(call["function"])}\n</tool_call><|im_end|>{result}<|im_end|>')
+    assert "<|im_start|>tool" not in trained
