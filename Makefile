@@ -36,7 +36,7 @@ PIPE = $(BIN)/python -m scripts.pipeline
 PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
 .PHONY: install install-real test test-slow test-real lint bench bench-real mutate demo demo-real pipeline-dpo pipeline-grpo \
-	pipeline-rlhf pipeline-kto pipeline-distill clean
+	pipeline-rlhf pipeline-tools pipeline-kto pipeline-distill clean
 
 install: $(VENV)/.installed
 
@@ -111,6 +111,15 @@ pipeline-dpo: install
 pipeline-grpo: install
 	$(PIPE) grpo --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --prompts $(PROMPTS) \
 		--heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
+
+# Tools: SFT on tool-call demonstrations, then GRPO with the calculator environment (data/tools/); held-out task
+# success is measured by whole episodes (tools called) after GRPO (summary.json: heldout_task_success).
+pipeline-tools: install
+	$(BIN)/rlft sft -d data/tools/sft_train.jsonl -o $(OUT)/tools-sft --max-steps 300 --batch-size 32 --lr 3e-3 \
+		--set sft.max_length=200 --overwrite
+	$(BIN)/rlft grpo --model $(OUT)/tools-sft -d data/tools/grpo_prompts.jsonl --env data/tools/calculator.py:Calculator \
+		--verifier math --eval-data data/tools/test.jsonl -o $(OUT)/tools-grpo --max-steps 60 --batch-size 8 --lr 3e-5 \
+		--num-generations 4 --set grpo.max_completion_length=200 --set grpo.heldout_max_new_tokens=96 --overwrite
 
 pipeline-rlhf: install
 	$(PIPE) rlhf --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --pairs $(PAIRS) \

@@ -51,7 +51,8 @@ PANELS = (
 # Shown in the final-metrics table as first -> last, when logged.
 HEADLINE = ("loss", "eval_loss", "reward", "heldout/pass_at_1", "heldout/score", "kl", "entropy",
             "frac_reward_zero_std", "rewards/accuracies", "rewards/margins", "logps/chosen", "mean_token_accuracy",
-            "completions/mean_length")
+            "completions/mean_length", "tools/call_frequency", "tools/failure_frequency", "tools/calls",
+            "tools/errors", "tools/render_mismatches")
 
 
 def series(history: list[dict], key: str) -> list[tuple[int, float]]:
@@ -218,6 +219,12 @@ def render_markdown(run: dict[str, Any], written: list[tuple[Panel, Path]]) -> s
         lines.append(f"- pre-flight: {p.get('verdict')} (pass rate {p.get('pass_rate')}, mixed groups "
                      f"{p.get('mixed_fraction')}" + (f", 90% interval {interval[0]}-{interval[1]} over "
                                                     f"{p.get('prompts')} prompts" if interval else "") + ")")
+    tools = run["dir"] / "tools.json"  # a GRPO run with --tools / --env (rlft.tools.ToolStats)
+    if tools.is_file():
+        t = json.loads(tools.read_text())
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted((t.get("by_kind") or {}).items())) or "none"
+        lines.append(f"- tools: {t.get('tool_calls')} calls reached a tool, {t.get('tool_errors')} bad (each cost "
+                     f"its episode, not the run: {kinds}); token/rendering mismatches {t.get('render_mismatches')}")
     if summary.get("stopped_by"):
         lines.append(f"- stopped by the **{summary['stopped_by'].get('name')}** alarm; checkpoint "
                      f"`{summary.get('checkpoint')}`")

@@ -86,6 +86,15 @@ def group_rl(num_generations: Field, beta: Field) -> dict[str, Field]:
                                 rlft_only=True),
         "heldout_max_new_tokens": Field("int", None, "generation budget for held-out evaluation "
                                         "(default: max_completion_length)", minimum=1, rlft_only=True),
+        # Tools and environments (rlft/tools.py): GRPO only; RLOOTrainer has no tool loop in TRL 1.16
+        "tools": Field("str", None, "FILE.py of typed, documented tool functions (TRL's tools=)", rlft_only=True),
+        "env": Field("str", None, "FILE.py:Class, TRL's environment_factory contract", rlft_only=True),
+        "max_tool_calls": Field("int", 4, "tool-calling rounds per episode (TRL's max_tool_calling_iterations)",
+                                minimum=0, rlft_only=True),
+        "tool_timeout": Field("float", 5.0, "seconds one tool call may take; past it, an error result",
+                              minimum=0.0, rlft_only=True),
+        "tool_output_chars": Field("int", 2000, "longest tool result (characters); longer is an error result",
+                                   minimum=1, rlft_only=True),
     }
 
 

@@ -62,6 +62,10 @@ Preflight = Annotated[Optional[bool], typer.Option("--preflight/--no-preflight",
                                                    "refuse when too few groups have mixed rewards (default on).")]
 FilterPrompts = Annotated[bool, typer.Option("--filter-prompts", help="Train only on prompts whose pre-flight "
                                              "group had mixed rewards.")]
+Tools = Annotated[Optional[str], typer.Option("--tools", help="FILE.py of typed, documented tool functions the "
+                                              "model may call (GRPO; rlft/tools.py).")]
+Env = Annotated[Optional[str], typer.Option("--env", help="FILE.py:Class: an environment (TRL's environment_factory "
+                                            "contract: tool methods, reset(**row), optional get_reward()).")]
 HeldoutAfter = Annotated[Optional[str], typer.Option("--eval-data", help="Held-out rows: greedy pass@1 after "
                                                      "training.")]
 
@@ -83,6 +87,7 @@ CONFIG_KEYS = {
     "reward_model": "{method}.reward_model", "num_generations": "{method}.num_generations",
     "preflight": "{method}.preflight", "filter_prompts": "{method}.filter_prompts",
     "max_memory": "{method}.max_memory_gb", "teacher": "{method}.teacher_model_name_or_path",
+    "tools": "{method}.tools", "env": "{method}.env",
 }
 # The options that steer the command rather than set a config value.
 CONTROLS = ("recipe", "set_", "print_config", "overwrite", "resume", "dry_run")

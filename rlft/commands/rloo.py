@@ -13,7 +13,8 @@ def rloo(
     ctx: typer.Context,
     prompts: Annotated[Optional[list[str]], typer.Option("--prompts", "-d", help="Prompts with gold fields "
                                                          "(answer, label, schema, tests, ...). Repeatable.")] = None,
-    verifier: o.Verifier = None, reward_model: o.RewardModel = None, eval_data: o.HeldoutAfter = None,
+    verifier: o.Verifier = None, reward_model: o.RewardModel = None, tools: o.Tools = None, env: o.Env = None,
+    eval_data: o.HeldoutAfter = None,
     model: o.Model = None, recipe: o.Recipe = None, output_dir: o.OutputDir = None,
     max_steps: o.MaxSteps = None, epochs: o.Epochs = None, lr: o.LR = None, batch_size: o.Batch = None,
     seed: o.Seed = None, lora: o.Lora = None,

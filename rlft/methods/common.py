@@ -162,6 +162,7 @@ class Prepared:
     model: Any = None
     reward_fn: Any = None
     preflight: Any = None  # rlft.preflight.ProbeResult, written to preflight.json
+    tools: Any = None  # rlft.tools.ToolSetup of a GRPO run with --tools / --env
     summary: dict[str, Any] = field(default_factory=dict)  # extra summary.json fields (PPO's memory estimate)
 
 

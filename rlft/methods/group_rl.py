@@ -65,8 +65,10 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
     list is left as it was)."""
     from rlft.models import load_model
     from rlft.preflight import PreflightRefused, probe
+    from rlft.tools import setup_tools, tool_tokenizer
 
     sec = cfg.values[section]
+    tools = setup_tools(cfg, section, [r.data for r in train_rows], cfg.model.name_or_path)
     specs = list(sec["verifiers"])
     if not specs and not sec.get("reward_model"):
         raise UserError(f"{section.upper()} needs a reward: no verifier and no reward model given",
@@ -75,6 +77,8 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
     if specs:
         validate_gold(train_rows + eval_rows, specs)
     tok = load_run_tokenizer(cfg)
+    if tools is not None:
+        tok = tool_tokenizer(tok, cfg.model.name_or_path)
     model = load_model(cfg.model)
     # TRL stops generation (and ends the completion mask) at the generation config's eos ids plus the
     # tokenizer's eos: add the chat template's end-of-turn token, which some tokenizers' eos is not.
@@ -85,7 +89,10 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
 
     attach(model, console)  # the pre-flight samples the way training will (LoRA on the CPU: a merged copy)
     result = None
-    if sec["preflight"] or sec["filter_prompts"]:
+    if tools is not None and (sec["preflight"] or sec["filter_prompts"]):
+        console.print("[yellow]note[/]: pre-flight skipped: it samples single turns, and this run's episodes call "
+                      "tools (--no-preflight silences this)")
+    elif sec["preflight"] or sec["filter_prompts"]:
         import torch
 
         torch.manual_seed(cfg.train.seed)
@@ -110,7 +117,7 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
                 raise PreflightRefused("--filter-prompts left no prompt with mixed rewards",
                                        "; ".join(result.advice) or "use other prompts")
             train_rows = kept
-    return Prepared(train_rows, eval_rows, tok=tok, model=model, reward_fn=reward_fn, preflight=result)
+    return Prepared(train_rows, eval_rows, tok=tok, model=model, reward_fn=reward_fn, preflight=result, tools=tools)
 
 
 def build(cfg, out: Path, prepared: Prepared, config_cls, trainer_cls):
@@ -120,16 +127,44 @@ def build(cfg, out: Path, prepared: Prepared, config_cls, trainer_cls):
 
     if prepared.preflight is not None and is_main_process():
         write_json(out / "preflight.json", prepared.preflight.as_dict())
-    args = build_trl_config(cfg, config_cls, out, False)
-    return trainer_cls(model=prepared.model, reward_funcs=[prepared.reward_fn], args=args,
-                       processing_class=prepared.tok, train_dataset=to_dataset(prepared.train_rows))
+    tools = prepared.tools
+    extra = {"max_tool_calling_iterations": tools.max_tool_calls} if tools is not None else {}
+    args = build_trl_config(cfg, config_cls, out, False, **extra)
+    trainer = trainer_cls(model=prepared.model, reward_funcs=[prepared.reward_fn], args=args,
+                          processing_class=prepared.tok, train_dataset=to_dataset(prepared.train_rows),
+                          **(tools.trainer_kwargs() if tools is not None else {}))
+    if tools is not None:  # rlft.tools: per-log counts of tool calls and bad calls into metrics.jsonl
+        from rlft.episodes import watch_rendering
+        from rlft.run import process_console
+        from rlft.tools import counts_callback
+
+        trainer.add_callback(counts_callback(tools.stats))
+        watch_rendering(trainer, tools.stats, process_console(None))
+    return trainer
 
 
 def after(cfg, section: str, trainer, prepared: Prepared) -> dict[str, float]:
-    """The held-out scores when the run has held-out rows (`heldout`), else nothing."""
+    """The held-out scores when the run has held-out rows (`heldout`), else nothing; with tools, the run's
+    tool calls and bad calls (rlft.tools.ToolStats) too, and tools.json."""
+    out: dict[str, float] = {}
+    if prepared.tools is not None:
+        from rlft.run import is_main_process, write_json
+
+        counts = prepared.tools.stats.as_dict()
+        if is_main_process():
+            write_json(Path(trainer.args.output_dir) / "tools.json", counts)
+        out.update(tool_calls=counts["tool_calls"], tool_errors=counts["tool_errors"])
     if not prepared.eval_rows:
-        return {}
-    return heldout(cfg, section, trainer, prepared.eval_rows, prepared.reward_fn)
+        return out
+    if prepared.tools is not None:  # episodes, tools called, as in training (rlft.episodes)
+        from rlft.episodes import episode_success
+
+        sec = cfg.values[section]
+        checker = load_verifiers(list(sec["verifiers"]) or [cfg.watch.holdout_verifier])[0]
+        return {**out, **episode_success(trainer.model, trainer.processing_class, [r.data for r in prepared.eval_rows],
+                                         prepared.tools, checker,
+                                         sec.get("heldout_max_new_tokens") or sec["max_completion_length"])}
+    return {**out, **heldout(cfg, section, trainer, prepared.eval_rows, prepared.reward_fn)}
 
 
 def heldout(cfg, section: str, trainer, eval_rows, reward_fn) -> dict[str, float]:

@@ -33,6 +33,10 @@ def sft_columns(rows) -> tuple[str, ...]:
 def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
     """The tokenizer; for chats, say before the run folder exists which loss the run will use."""
     tok = load_run_tokenizer(cfg)
+    if any(_has_tool_turns(r.data) for r in train_rows):  # tool-call demonstrations: a template that renders them
+        from rlft.tools import tool_tokenizer
+
+        tok = tool_tokenizer(tok, cfg.model.name_or_path)
     if sft_columns(train_rows + eval_rows) == ("messages",):
         from rlft.chat_templates import sft_chat_loss
 
@@ -40,6 +44,12 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
         if note:
             console.print(f"[yellow]note[/]: {note}")
     return Prepared(train_rows, eval_rows, tok=tok)
+
+
+def _has_tool_turns(row: dict) -> bool:
+    messages = row.get("messages")
+    return isinstance(messages, list) and any(isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool")
+                                              for m in messages)
 
 
 def build(cfg: RunConfig, out: Path, prepared: Prepared):

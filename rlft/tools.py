@@ -1,0 +1,413 @@
+"""Tools and environments for `rlft grpo --tools FILE.py` / `--env FILE.py:Class`: load, check, guard.
+
+rlft plugs into TRL 1.16's own extension points (GRPOTrainer's `tools=` and `environment_factory=`, GRPOConfig's
+`max_tool_calling_iterations`); it does not fork the tool loop (`GRPOTrainer._tool_call_loop`). What TRL does there:
+it parses each completion with the tokenizer's response template, calls `tool(**arguments)`, catches an exception into
+a `{"error": ...}` result, appends `{"role": "tool", "content": str(result)}` and masks the result's tokens out of
+the loss (`tool_mask`), and logs `tools/call_frequency` (calls per episode) and `tools/failure_frequency`.
+Where rlft departs, all inside the callables it hands to TRL (`guard`, `guarded_env_class`):
+  - a per-call timeout (grpo.tool_timeout): SIGALRM on the main thread (where TRL calls sync tools) interrupts the
+    tool, sleeping or looping in Python; elsewhere a watchdog thread gives up on it (the call is left running);
+  - an output cap (grpo.tool_output_chars): TRL would tokenize a 10 MB result whole before dropping it as overlong;
+  - results must be a string (numbers and bools are turned into one): TRL passes a list through as multimodal
+    content, which a text template cannot render (a crash of the run, not of the episode);
+  - the model's arguments are bound to the signature and checked against the type hints first.
+Each of these raises `ToolError` inside the call, so TRL's own handler turns it into the episode's tool result
+(`{'error': 'timed out after 2s'}`) and counts it in tools/failure_frequency, with unknown names and non-object
+arguments that TRL catches before any tool runs; `ToolStats` counts rlft's kinds for tools.json and the report.
+Environment code itself (constructor, reset, get_reward) is the user's, trusted like a verifier plugin and checked
+before training (`check_tools`: docstrings and type hints TRL can turn into a schema, a dry episode).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import inspect
+import signal
+import sys
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlft.errors import UserError
+
+# Types a tool argument may be declared with: what JSON carries (get_json_schema maps them).
+_JSON_TYPES = {int: (int,), float: (int, float), str: (str,), bool: (bool,), list: (list,), dict: (dict,)}
+
+
+class ToolError(Exception):
+    """A bad tool call: its message becomes the episode's tool result (TRL: `{"error": message}`)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class _Timeout(BaseException):
+    """Raised by SIGALRM inside a tool; a BaseException so a tool's `except Exception` cannot swallow it."""
+
+
+@dataclass
+class ToolStats:
+    """Calls that reached a guarded tool and the bad ones by kind (raised, timeout, too_long, not_string,
+    bad_arguments); `since_last()` gives the counts since the previous call (per logged step)."""
+
+    calls: int = 0
+    errors: Counter = field(default_factory=Counter)
+    render_mismatches: int = 0  # episodes whose trained ids differed from the template's rendering (sampled)
+    _seen: tuple = (0, 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tool_calls": self.calls, "tool_errors": sum(self.errors.values()), "by_kind": dict(self.errors),
+                "render_mismatches": self.render_mismatches}
+
+    def since_last(self) -> dict[str, int]:
+        calls, errors = self.calls, sum(self.errors.values())
+        out = {"tools/calls": calls - self._seen[0], "tools/errors": errors - self._seen[1],
+               "tools/render_mismatches": self.render_mismatches}
+        self._seen = (calls, errors)
+        return out
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout: float = 5.0
+    output_chars: int = 2000
+
+
+def _call_with_timeout(fn, kwargs: dict, seconds: float):
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def on_alarm(signum, frame):
+            raise _Timeout()
+
+        old = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return fn(**kwargs)
+        except _Timeout:
+            raise ToolError("timeout", f"timed out after {seconds:g}s") from None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    box: dict[str, Any] = {}
+
+    def target():
+        try:
+            box["value"] = fn(**kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed back to the caller below
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise ToolError("timeout", f"timed out after {seconds:g}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _check_arguments(target, fn, kwargs: dict) -> None:
+    try:
+        bound = inspect.signature(target).bind(**kwargs)
+    except TypeError as exc:
+        raise ToolError("bad_arguments", f"bad arguments: {exc}") from None
+    try:
+        hints = _type_hints(fn)
+    except Exception:  # noqa: BLE001 - checked before training; no hint, no check
+        hints = {}
+    for name, value in bound.arguments.items():
+        allowed = _JSON_TYPES.get(hints.get(name))
+        if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
+            raise ToolError("bad_arguments", f"bad arguments: '{name}' must be {hints[name].__name__}, "
+                                             f"got {type(value).__name__}")
+
+
+def _type_hints(fn) -> dict:
+    import typing
+
+    return typing.get_type_hints(fn)
+
+
+def _result_text(result: Any, cap: int) -> str:
+    if isinstance(result, (int, float)):  # bool is an int
+        result = str(result)
+    if not isinstance(result, str):
+        raise ToolError("not_string", f"the tool returned {type(result).__name__}, not a string")
+    if len(result) > cap:
+        raise ToolError("too_long", f"the tool returned {len(result):,} characters, over the cap of {cap:,}")
+    return result
+
+
+def guard(fn, limits: Limits, stats: ToolStats):
+    """`fn` as a tool TRL can call safely: same name, signature, hints and docstring (TRL builds the schema from
+    them); a bad call raises ToolError (counted) instead of hanging, crashing or flooding the context."""
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        stats.calls += 1
+        target = functools.partial(fn, *args)  # args: `self` for an environment's method
+        try:
+            _check_arguments(target, fn, kwargs)
+            try:
+                result = _call_with_timeout(target, kwargs, limits.timeout)
+            except (ToolError, KeyboardInterrupt):
+                raise
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the model's arguments broke the tool
+                raise ToolError("raised", f"{type(exc).__name__}: {str(exc)[:200]}") from None
+            return _result_text(result, limits.output_chars)
+        except ToolError as exc:
+            stats.errors[exc.kind] += 1
+            raise
+
+    return guarded
+
+
+def guarded_env_class(cls: type, limits: Limits, stats: ToolStats) -> type:
+    """A subclass of the environment whose tool methods are guarded (TRL lists tools on the class)."""
+    body = {name: guard(member, limits, stats) for name, member in tool_methods(cls).items()}
+    return type(cls.__name__, (cls,), {**body, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+
+
+def tool_methods(cls: type) -> dict[str, Any]:
+    """The environment's tools, as TRL finds them: public functions on the class but reset and get_reward."""
+    return {n: m for n, m in inspect.getmembers(cls, predicate=inspect.isfunction)
+            if not n.startswith("_") and n not in ("reset", "get_reward")}
+
+
+# --------------------------------------------------------------------------- loading and checks
+
+
+def _load_file(path: Path, what: str):
+    if not path.is_file():
+        raise UserError(f"{what} file '{path}' not found", "check the path (relative to the current folder)")
+    real = path.resolve()
+    name = f"rlft_{what}_{real.stem}_{hashlib.sha1(str(real).encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(name, real)
+    if spec is None or spec.loader is None or real.suffix != ".py":
+        raise UserError(f"cannot load {what} file '{path}'", "pass a Python source file (.py)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise UserError(f"loading {what} file '{path}' failed: {type(exc).__name__}: {exc}",
+                        "fix the error in that file (run `python FILE` to see the traceback)") from exc
+    return module
+
+
+def load_tools(path: str) -> list:
+    """The tools of a file: its `TOOLS` list when it has one, else every public function defined in it."""
+    module = _load_file(Path(path), "tools")
+    listed = getattr(module, "TOOLS", None)
+    fns = list(listed) if listed is not None else [
+        v for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
+        and v.__module__ == module.__name__]
+    if not fns:
+        raise UserError(f"{path} defines no tool function", "define typed functions with docstrings (or TOOLS = [...])")
+    for fn in fns:
+        check_tool(fn, f"{path}:{getattr(fn, '__name__', fn)}")
+    return fns
+
+
+def load_env(spec: str) -> type:
+    """`FILE.py:Class` -> the class, checked: a callable reset, a no-argument constructor, documented tools."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise UserError(f"--env '{spec}' is not FILE.py:Class", "name the class, e.g. --env envs/calc.py:Calculator")
+    module = _load_file(Path(path), "env")
+    cls = getattr(module, name, None)
+    if not inspect.isclass(cls):
+        raise UserError(f"{path} has no class '{name}'", "point --env at a class with reset() and tool methods")
+    if not callable(getattr(cls, "reset", None)):
+        raise UserError(f"{spec} has no reset() method", "TRL's environment contract: def reset(self, **row) -> "
+                                                         "str | None (the string is appended to the prompt)")
+    if not tool_methods(cls):
+        raise UserError(f"{spec} has no tool methods", "add public methods with type hints and a docstring")
+    for n, m in tool_methods(cls).items():
+        check_tool(m, f"{spec}.{n}", method=True)
+    return cls
+
+
+def check_tool(fn, where: str, method: bool = False) -> None:
+    """What TRL needs to show a tool to the model: a docstring with every argument, JSON-typed hints
+    (transformers.utils.get_json_schema builds the schema from them); refused with one line otherwise."""
+    if not callable(fn):
+        raise UserError(f"{where} is not a function", "list functions in TOOLS")
+    if inspect.iscoroutinefunction(fn):
+        raise UserError(f"tool {where} is async; rlft's guard (timeout, output cap) calls tools synchronously",
+                        "make it a plain def")
+    if not (fn.__doc__ or "").strip():
+        raise UserError(f"tool {where} has no docstring", "describe the tool and each argument (Args: name: ...)")
+    params = list(inspect.signature(fn).parameters.values())[1 if method else 0:]
+    try:
+        hints = _type_hints(fn)
+    except Exception as exc:  # noqa: BLE001
+        raise UserError(f"tool {where}: its type hints do not resolve ({exc})", "use int, float, str, bool") from None
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise UserError(f"tool {where} takes *{p.name}", "name every argument the model may pass")
+        if p.name not in hints:
+            raise UserError(f"tool {where}: argument '{p.name}' has no type hint",
+                            f"annotate it, e.g. {p.name}: str")
+    from transformers.utils import get_json_schema
+
+    try:
+        get_json_schema(fn)
+    except Exception as exc:  # noqa: BLE001 - transformers' own message names the missing part
+        raise UserError(f"tool {where}: {str(exc).splitlines()[0]}",
+                        "document every argument in the docstring (Args:\\n    name: what it is)") from None
+
+
+def dry_episode(cls: type, row: dict, where: str) -> None:
+    """Build the environment, reset it on a training row, read its reward: the user's code, run once before
+    training so a broken environment is one line, not a traceback at step 1."""
+    try:
+        env = cls()
+    except Exception as exc:  # noqa: BLE001
+        raise UserError(f"{where}(): {type(exc).__name__}: {exc}", "the constructor must take no arguments") from None
+    try:
+        obs = env.reset(**row)
+    except Exception as exc:  # noqa: BLE001
+        raise UserError(f"{where}.reset(**row) on the first training row: {type(exc).__name__}: {exc}",
+                        "reset receives every field of a row as keywords; accept **kwargs for the rest") from None
+    if obs is not None and not isinstance(obs, str):
+        raise UserError(f"{where}.reset returned {type(obs).__name__}", "return None or a string (appended to "
+                                                                        "the prompt)")
+    if callable(getattr(env, "get_reward", None)):
+        try:
+            r = env.get_reward()
+        except Exception as exc:  # noqa: BLE001
+            raise UserError(f"{where}.get_reward() after reset: {type(exc).__name__}: {exc}",
+                            "get_reward must work on an episode without tool calls") from None
+        if isinstance(r, bool) or not isinstance(r, (int, float)):
+            raise UserError(f"{where}.get_reward returned {type(r).__name__}", "return a float")
+
+
+# --------------------------------------------------------------------------- chat templates
+
+# The tiny model's ChatML (rlft.models.CHATML_TEMPLATE) with tool calls: an assistant's tool calls rendered after its
+# content as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Hermes / Qwen style, so TRL's Qwen3 response
+# template parses them), tool results as a `tool` turn. The tool list itself is not rendered: a character-level model
+# cannot read a schema, and SFT demonstrations (TRL's SFTTrainer does not pass a `tools` column to the template) and
+# GRPO prompts (rendered with tools=) must render the same prompt. Without tool calls it renders exactly as before.
+TOOL_CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] or '' }}"
+    "{% for c in m['tool_calls'] or [] %}<tool_call>\n"
+    "{{ {'name': c['function']['name'], 'arguments': c['function']['arguments']} | tojson }}\n</tool_call>"
+    "{% endfor %}<|im_end|>{% endgeneration %}"
+    "{% else %}{{ m['content'] }}<|im_end|>{% endif %}{{ '\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# transformers' response template for it (TRL's Qwen3 one without the <think> field).
+TOOL_CHATML_RESPONSE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True,
+                       "content": "json", "transform": {"type": "function", "function": "{content}"}},
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
+
+
+def tool_tokenizer(tok, model_name: str):
+    """The tokenizer ready for TRL's tool loop: the tiny model gets TOOL_CHATML_TEMPLATE and its response
+    template; any other template must render a tool conversation (TRL's supports_tool_calling) and be one TRL
+    knows how to parse, else the run is refused with one line (TRL would raise at trainer construction)."""
+    from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+    from rlft.models import CHATML_TEMPLATE
+
+    if tok.chat_template in (CHATML_TEMPLATE, TOOL_CHATML_TEMPLATE):
+        tok.chat_template = TOOL_CHATML_TEMPLATE
+        tok.response_template = TOOL_CHATML_RESPONSE
+    if not supports_tool_calling(tok):
+        raise UserError(f"the chat template of {model_name} cannot render tool calls (assistant tool_calls -> "
+                        "tool turn)", "use a model whose template supports tools (Qwen2.5, Qwen3, Llama 3.1, the "
+                                      "tiny model); SmolLM2-135M-Instruct's does not")
+    if getattr(tok, "response_template", None) is None and getattr(tok, "response_schema", None) is None:
+        try:
+            add_response_schema(tok)
+        except ValueError:
+            raise UserError(f"TRL cannot parse tool calls from {model_name}'s chat template (no response "
+                            "template)", "set tokenizer.response_template in the model folder, or use a model "
+                                         "family TRL knows (Qwen, Llama 3.1, Gemma 4, GPT-OSS)") from None
+    return tok
+
+
+# --------------------------------------------------------------------------- one run's tools
+
+
+@dataclass
+class ToolSetup:
+    """What a GRPO run with --tools / --env hands to the trainer, and the counts it keeps."""
+
+    tools: list = field(default_factory=list)
+    env_class: type | None = None
+    stats: ToolStats = field(default_factory=ToolStats)
+    max_tool_calls: int = 4
+
+    def episode_tools(self, row: dict) -> tuple[list, str | None]:
+        """The tools of one held-out episode and reset()'s observation: the standalone tools, plus the methods
+        of a fresh environment reset on the row."""
+        if self.env_class is None:
+            return list(self.tools), None
+        env = self.env_class()
+        observation = env.reset(**row)
+        return list(self.tools) + [getattr(env, n) for n in tool_methods(self.env_class)], observation
+
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """GRPOTrainer's `tools=` / `environment_factory=`, both guarded."""
+        out: dict[str, Any] = {}
+        if self.tools:
+            out["tools"] = self.tools
+        if self.env_class is not None:
+            out["environment_factory"] = self.env_class
+        return out
+
+
+def setup_tools(cfg, section: str, rows: list[dict], model_name: str) -> ToolSetup | None:
+    """--tools / --env checked before the model loads (None without them): RLOO refused, prompts that are
+    messages (TRL renders the tools only into a conversation), tools and environment checked, a dry episode."""
+    sec = cfg.values[section]
+    tools_file, env_spec = sec.get("tools"), sec.get("env")
+    if not tools_file and not env_spec:
+        return None
+    if section != "grpo":
+        raise UserError(f"rlft {section} cannot use --tools/--env: TRL 1.16's {section.upper()}Trainer has no "
+                        "tool-calling loop", "use rlft grpo --tools FILE.py or --env FILE.py:Class")
+    plain = next((i for i, r in enumerate(rows) if not isinstance(r.get("prompt"), list)), None)
+    if plain is not None:
+        raise UserError(f"training row {plain + 1}: the prompt is a plain string; tools are rendered only into a "
+                        "conversation", "give prompts as messages, or add --set data.as_chat=true")
+    limits = Limits(timeout=float(sec["tool_timeout"]), output_chars=int(sec["tool_output_chars"]))
+    setup = ToolSetup(max_tool_calls=int(sec["max_tool_calls"]))
+    if tools_file:
+        setup.tools = [guard(fn, limits, setup.stats) for fn in load_tools(tools_file)]
+    if env_spec:
+        cls = load_env(env_spec)
+        if rows:
+            dry_episode(cls, rows[0], env_spec)
+        setup.env_class = guarded_env_class(cls, limits, setup.stats)
+    return setup
+
+
+def counts_callback(stats: ToolStats):
+    """A TrainerCallback that adds rlft's counts since the last log (tools/calls, tools/errors) to each log,
+    beside TRL's tools/call_frequency and tools/failure_frequency; added before rlft's RunCallback, which
+    writes the log to metrics.jsonl."""
+    from transformers import TrainerCallback
+
+    class ToolCounts(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs is not None and "loss" in logs:
+                logs.update(stats.since_last())
+
+    return ToolCounts()
