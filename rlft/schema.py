@@ -147,6 +147,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "holdout_verifier": Field("str", "math", "verifier for the held-out check", rlft_only=True),
         "holdout_every": Field("int", None, "steps between held-out checks (default: a tenth of the run)",
                                minimum=1, rlft_only=True),
+        "auto_holdout_min_steps": Field("int", 20, "runs of fewer max_steps get no automatic held-out check (each "
+                                        "check costs about a step; a few steps cannot over-train)", minimum=0,
+                                        rlft_only=True),
         "auto_holdout": Field("bool", True, "without watch.holdout: check the method's held-out metric on the eval "
                               "rows, else on a seeded slice of the training rows (false: train on all, unwatched)",
                               rlft_only=True),

@@ -105,7 +105,11 @@ def sweep(method: str, recipe, flags: dict, sets: list[str], space: Space, out: 
           trial_steps: int, seed: int, console, run_trial: Callable) -> dict[str, Any]:
     """Run the study; write trials.json, trials.png and best_recipe.yaml under `out`; return the summary.
     `run_trial(cfg, console, on_check)` runs one trial (the command's: only commands import methods)."""
-    import optuna
+    try:
+        import optuna
+    except ImportError as exc:
+        raise UserError("rlft sweep needs optuna, which is not installed",
+                        "pip install 'rlft[sweep]' (or `make install`)") from exc
     from rich.console import Console
 
     from rlft.config import resolve
@@ -128,8 +132,9 @@ def sweep(method: str, recipe, flags: dict, sets: list[str], space: Space, out: 
         for k, (low, high, log) in space.ranges.items():
             params[k] = trial.suggest_float(k, low, high, log=log)
         folder = out / f"trial-{trial.number}"
-        cfg = resolve(method, recipe, flags, sets + _sets(params) + [f"train.max_steps={trial_steps}",
-                                                                     f"train.output_dir={json.dumps(str(folder))}"])
+        trial_sets = [f"train.max_steps={trial_steps}", "watch.auto_holdout_min_steps=0",  # trials are judged on it
+                      f"train.output_dir={json.dumps(str(folder))}"]
+        cfg = resolve(method, recipe, flags, sets + _sets(params) + trial_sets)
         pruned = []
 
         def on_check(step: int, score: float) -> bool:

@@ -66,8 +66,9 @@ def prepare_watch(cfg) -> WatchSetup:
     return setup
 
 
-# Runs shorter than this get no automatic held-out check: ~10 checks of 50+ rows would cost more than the
-# training (a 4-step SmolLM2 GRPO run: each check ~ one step) and a few steps cannot over-train.
+# Runs shorter than this (watch.auto_holdout_min_steps) get no automatic held-out check: ~10 checks of 50+
+# rows would cost more than the training (a 4-step SmolLM2 GRPO run: each check ~ one step), and a few
+# steps cannot over-train.
 AUTO_HOLDOUT_MIN_STEPS = 20
 
 
@@ -84,7 +85,8 @@ def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: Watch
                       "(over-training) goes unseen, and the final model is the last one", highlight=False)
         return train_rows
     steps = int(cfg.train.get("max_steps") or 0)
-    if 0 < steps < AUTO_HOLDOUT_MIN_STEPS:
+    least = watch.get("auto_holdout_min_steps")
+    if 0 < steps < (AUTO_HOLDOUT_MIN_STEPS if least is None else int(least)):
         console.print(f"[yellow]note[/]: no held-out check: {steps} steps are too few to over-train and each "
                       "check would cost as much as steps (--holdout FILE asks for one)", highlight=False)
         return train_rows

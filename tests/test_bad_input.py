@@ -191,7 +191,7 @@ def _failed_before_step_1(cli, tmp_path) -> Path:
     out = tmp_path / "o"
     r = cli("sft", "--data", DATA / "support/demos.jsonl", "-o", out, "--max-steps", "1",
             "--set", "sft.max_length=64")
-    refused(r, "all 160 training rows were dropped")  # 200 less the automatic held-out slice (rlft.heldout)
+    refused(r, "all 200 training rows were dropped")  # 200 less the automatic held-out slice (rlft.heldout)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and not summary.get("global_step")
     return out

