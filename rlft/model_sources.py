@@ -83,14 +83,20 @@ def gguf_folder(gguf: str | Path) -> Path:
     path = cache_dir() / f"gguf-{src.stem[:60]}-{key[:16]}"
     if (path / "config.json").exists():
         return path
+    print(f"rlft: converting {src.name} into {path} (once; later runs reuse it)", file=sys.stderr)
+    return build_once(path, lambda tmp: convert_gguf(src, tmp))
+
+
+def build_once(path: Path, build) -> Path:
+    """Build a cache folder: `build(tmp)` fills a temporary sibling that is renamed to `path` when complete,
+    so a failed or interrupted build leaves nothing; another process that built it first wins."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"rlft: converting {src.name} into {path} (once; later runs reuse it)", file=sys.stderr)
     try:
-        convert_gguf(src, tmp)
+        build(tmp)
         tmp.rename(path)
     except OSError:
-        if not (path / "config.json").exists():  # not "another process converted it first"
+        if not (path / "config.json").exists():  # not "another process built it first"
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlft.errors import UserError
-from rlft.model_sources import SMOLLM2, cache_dir, gguf_folder, is_gguf, smollm2_gguf
+from rlft.model_sources import SMOLLM2, build_once, cache_dir, gguf_folder, is_gguf, smollm2_gguf
 
 TINY = "tiny"
 # Character vocabulary: printable ASCII (94) + space + newline = 96 characters, plus 4 special tokens.
@@ -293,7 +293,6 @@ def merged_parent(adapter: str, base: str, head: str = "causal") -> Path:
     """
     import hashlib
     import json
-    import shutil
 
     a, b = Path(adapter), Path(base)
     digest = hashlib.sha256(f"{head}|{b.resolve() if b.exists() else base}".encode())
@@ -316,20 +315,14 @@ def merged_parent(adapter: str, base: str, head: str = "causal") -> Path:
     if head == "score" and model.config.pad_token_id is None:
         model.config.pad_token_id = model.config.eos_token_id
     model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+
+    def save(tmp: Path) -> None:
         model.save_pretrained(tmp)
         load_tokenizer(adapter).save_pretrained(tmp)
         (tmp / "merged_from.json").write_text(json.dumps({"adapter": str(a.resolve()), "base": str(base),
                                                           "dtype": "float32"}, indent=2) + "\n")
-        tmp.rename(out)
-    except OSError:
-        if not (out / "config.json").exists():  # not "another process built it first"
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+
+    return build_once(out, save)
 
 
 def _has_tokenizer(path: str) -> bool:
