@@ -22,11 +22,8 @@ before training (`check_tools`: docstrings and type hints TRL can turn into a sc
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
 import inspect
 import signal
-import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rlft.errors import UserError
+from rlft.user_code import load_python_file
 
 # Types a tool argument may be declared with: what JSON carries (get_json_schema maps them).
 _JSON_TYPES = {int: (int,), float: (int, float), str: (str,), bool: (bool,), list: (list,), dict: (dict,)}
@@ -182,28 +180,9 @@ def tool_methods(cls: type) -> dict[str, Any]:
 # --------------------------------------------------------------------------- loading and checks
 
 
-def _load_file(path: Path, what: str):
-    if not path.is_file():
-        raise UserError(f"{what} file '{path}' not found", "check the path (relative to the current folder)")
-    real = path.resolve()
-    name = f"rlft_{what}_{real.stem}_{hashlib.sha1(str(real).encode()).hexdigest()[:8]}"
-    spec = importlib.util.spec_from_file_location(name, real)
-    if spec is None or spec.loader is None or real.suffix != ".py":
-        raise UserError(f"cannot load {what} file '{path}'", "pass a Python source file (.py)")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[name]
-        raise UserError(f"loading {what} file '{path}' failed: {type(exc).__name__}: {exc}",
-                        "fix the error in that file (run `python FILE` to see the traceback)") from exc
-    return module
-
-
 def load_tools(path: str) -> list:
     """The tools of a file: its `TOOLS` list when it has one, else every public function defined in it."""
-    module = _load_file(Path(path), "tools")
+    module = load_python_file(Path(path), "tools")
     listed = getattr(module, "TOOLS", None)
     fns = list(listed) if listed is not None else [
         v for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
@@ -220,7 +199,7 @@ def load_env(spec: str) -> type:
     path, sep, name = spec.rpartition(":")
     if not sep or not path or not name:
         raise UserError(f"--env '{spec}' is not FILE.py:Class", "name the class, e.g. --env envs/calc.py:Calculator")
-    module = _load_file(Path(path), "env")
+    module = load_python_file(Path(path), "env")
     cls = getattr(module, name, None)
     if not inspect.isclass(cls):
         raise UserError(f"{path} has no class '{name}'", "point --env at a class with reset() and tool methods")

@@ -16,11 +16,8 @@ The registry is one explicit dict: adding a built-in means adding a line to REGI
 from __future__ import annotations
 
 import difflib
-import hashlib
-import importlib.util
 import inspect
 import math as pymath
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -28,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlft.errors import UserError, row_problem
+from rlft.user_code import load_python_file
 from rlft.verifiers import code as code_
 from rlft.verifiers import format as format_
 from rlft.verifiers import json_schema, label, regex
@@ -189,10 +187,7 @@ def _resolve_plugin(spec: str) -> tuple[Verifier, float]:
     path = Path(head + ".py").expanduser()
     func_name, sep, weight_text = tail.partition(":")
     weight = _weight(weight_text, spec) if sep else 1.0
-    if not path.is_file():
-        raise UserError(f"verifier file '{path}' not found",
-                        "check the path (relative to the current folder)")
-    module = _load_file(path)
+    module = load_python_file(path, "verifier", prefix="verifier_plugin")
     fn = getattr(module, func_name, None)
     if fn is None:
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
@@ -202,23 +197,6 @@ def _resolve_plugin(spec: str) -> tuple[Verifier, float]:
         raise UserError(f"{path} has no function '{func_name}'",
                         f"{hint}functions in the file: {', '.join(sorted(names)) or '(none)'}")
     return _from_object(func_name, fn, f"{path}:{func_name}"), weight
-
-
-def _load_file(path: Path) -> Any:
-    real = path.resolve()
-    name = f"rlft_verifier_plugin_{real.stem}_{hashlib.sha1(str(real).encode()).hexdigest()[:8]}"
-    spec = importlib.util.spec_from_file_location(name, real)
-    if spec is None or spec.loader is None:
-        raise UserError(f"cannot load verifier file '{path}'", "pass a Python source file (.py)")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses and pickling look the module up by name
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[name]
-        raise UserError(f"loading verifier file '{path}' failed: {type(exc).__name__}: {exc}",
-                        "fix the error in that file (run `python FILE` to see the traceback)") from exc
-    return module
 
 
 def _from_object(name: str, obj: Any, where: str) -> Verifier:
