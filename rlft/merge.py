@@ -27,17 +27,11 @@ def check_merge(run: str | Path, out: str | Path, dtype: str, overwrite: bool = 
         what = "a full fine-tune (already a plain model folder)" if (run / "config.json").exists() else "not a run"
         raise UserError(f"'{run}' has no LoRA adapter to merge: it is {what}",
                         "merge a run trained with --lora (its folder holds adapter_config.json)")
-    from rlft.outputs import check_output, refs_as_inputs
+    from rlft.outputs import check_model_folder, check_output, refs_as_inputs
 
     check_output(out, refs_as_inputs(run, "model"), "-o",
                  "choose an -o DIR outside the run and the models it refers to")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"-o '{out}' is a file, not a folder", "choose a folder path for -o")
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise UserError(f"'{out}' is not empty", "pass --overwrite to replace it, or choose another -o DIR")
-        if not (out / "config.json").exists():
-            raise UserError(f"'{out}' is not a model folder; refusing to delete it", "choose another -o DIR")
+    check_model_folder(out, "-o", overwrite)
     return cfg
 
 

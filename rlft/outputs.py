@@ -96,6 +96,18 @@ def check_output(out: Path, inputs: dict[str, Path], flag: str = "output_dir",
     check_writable(out, flag)
 
 
+def check_model_folder(out: Path, flag: str, overwrite: bool, kind: str = "a file") -> None:
+    """A model folder output (merge, init-model): a folder path, empty, or replaced only with --overwrite and
+    only when it already holds a model (config.json): anything else is never deleted."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{flag} '{out}' is {kind}, not a folder", f"choose a folder path for {flag}")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise UserError(f"'{out}' is not empty", f"pass --overwrite to replace it, or choose another {flag}")
+        if not (out / "config.json").exists():
+            raise UserError(f"'{out}' is not a model folder; refusing to delete it", f"choose another {flag}")
+
+
 def check_writable(out: Path, flag: str = "output_dir") -> None:
     """`out`'s nearest existing ancestor is a writable folder (a probe folder is made there and removed)."""
     real = Path(os.path.realpath(out))

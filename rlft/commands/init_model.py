@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from rlft.commands.options import Overwrite, err_console
-from rlft.errors import UserError
 
 
 def init_model(
@@ -18,15 +17,9 @@ def init_model(
 ) -> None:
     """Build the tiny character-level Llama (~0.5M parameters) locally and save it with its tokenizer."""
     from rlft.bounded import kind_of
-    from rlft.outputs import check_output, staged
+    from rlft.outputs import check_model_folder, check_output, staged
 
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out '{out}' is {kind_of(out) or 'a file'}, not a folder", "choose a folder path for --out")
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise UserError(f"'{out}' is not empty", "pass --overwrite or choose another --out")
-        if not (out / "config.json").exists():
-            raise UserError(f"'{out}' is not a model folder; refusing to delete it", "choose another --out")
+    check_model_folder(out, "--out", overwrite, kind_of(out) or "a file")
     check_output(out, {}, "--out")
     from rlft.quiet import quiet_libraries
 
