@@ -5,9 +5,10 @@ TRL's GRPO and RLOO trainers, rlft's PPO rollout and the held-out check after tr
 matmul + two adapter matmuls + an add (measured here on SmolLM2-135M, 8 sequences: 236 ms per decode step
 against 186 ms for the same weights merged). `attach(policy)` gives the policy's object its own `generate`
 that runs on a plain copy of the model with the adapter merged in, in the dtype of the policy's base weights
-(bf16 on CPUs with bf16 units, rlft.precision). It is TRL's own extension surface: the trainer still
-tokenizes, pads, calls `generate` and masks after the first stop token exactly as it would; only the module
-that computes the tokens changes.
+(bf16 on CPUs with bf16 units, rlft.precision), decoded by rlft.decode's loop (one prefill per distinct
+prompt, finished rows leave the batch; `generate` itself for settings the loop does not handle). It is TRL's
+own extension surface: the trainer still tokenizes, pads, calls `generate` and masks after the first stop
+token exactly as it would; only the code that computes the tokens changes.
 
 When the copy is refreshed: it is marked stale after every optimizer step (torch's global optimizer-step hook,
 so TRL's trainers and rlft's PPO need no code of their own) and rebuilt lazily at the next `generate`; it
@@ -91,8 +92,11 @@ class MergedSampler:
             return self._policy_generate(*args, **kwargs)
         if self.stale:
             self.refresh()
+        from rlft.decode import decode
+
         with torch.no_grad():
-            return self.copy.generate(*args, **kwargs)
+            out = None if args else decode(self.copy, **kwargs)
+            return out if out is not None else self.copy.generate(*args, **kwargs)
 
     def _policy_generate(self, *args: Any, **kwargs: Any):
         return type(self.policy).generate(self.policy, *args, **kwargs)

@@ -1,0 +1,152 @@
+"""rlft.decode: the sampling loop the merged sampling copy runs instead of `generate`."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def model(tiny_dir):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+
+
+def _config(**kw):
+    from transformers import GenerationConfig
+
+    return GenerationConfig(**{"max_new_tokens": 16, "pad_token_id": 0, "eos_token_id": [3], **kw})
+
+
+def _prompts():
+    # left-padded, two of them repeated (as GRPO batches them), one row much shorter than the rest
+    ids = torch.tensor([[0, 0, 10, 20, 30], [5, 6, 7, 8, 9], [0, 0, 10, 20, 30], [0, 0, 0, 0, 44],
+                        [5, 6, 7, 8, 9]])
+    return ids, ids.ne(0).long()
+
+
+@pytest.mark.parametrize("stops", [[3], [3, 17, 25]])
+def test_greedy_decoding_gives_generates_tokens(model, stops):
+    from rlft.decode import decode
+
+    ids, mask = _prompts()
+    cfg = _config(do_sample=False, eos_token_id=stops, max_new_tokens=24)
+    with torch.no_grad():
+        want = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+        got = decode(model, input_ids=ids, attention_mask=mask, generation_config=cfg)
+    assert got is not None and torch.equal(got, want)
+
+
+def test_rows_stop_at_their_own_stop_token_and_are_padded_after_it(model):
+    from rlft.decode import decode
+
+    ids, mask = _prompts()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        out = decode(model, input_ids=ids, attention_mask=mask,
+                     generation_config=_config(do_sample=True, temperature=3.0, eos_token_id=[3, 17, 25],
+                                               max_new_tokens=40))
+    new = out[:, ids.size(1):]
+    assert new.size(1) <= 40
+    for row in new.tolist():
+        stop = next((i for i, t in enumerate(row) if t in (3, 17, 25)), None)
+        if stop is not None:
+            assert all(t == 0 for t in row[stop + 1:])
+
+
+def _hf_filtered(logits, cfg):
+    """The tokens transformers' own warpers leave possible."""
+    from transformers.generation.logits_process import (
+        MinPLogitsWarper,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+    from transformers.generation.utils import GenerationMixin  # noqa: F401
+
+    scores = TemperatureLogitsWarper(cfg.temperature)(None, logits.clone())
+    if cfg.top_k:
+        scores = TopKLogitsWarper(cfg.top_k)(None, scores)
+    if cfg.top_p is not None and cfg.top_p < 1:
+        scores = TopPLogitsWarper(cfg.top_p)(None, scores)
+    if cfg.min_p:
+        scores = MinPLogitsWarper(cfg.min_p)(None, scores)
+    return torch.softmax(scores, -1)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(top_k=5), dict(top_p=0.8), dict(min_p=0.2),
+                                dict(top_k=20, top_p=0.9, temperature=0.5)])
+def test_sampled_tokens_follow_the_filtered_distribution(kw):
+    """Draws from the inverse-CDF sampler match the probabilities transformers' warpers give (chi-square)."""
+    from rlft.decode import _next_tokens
+
+    torch.manual_seed(0)
+    logits = torch.randn(1, 30) * 2
+    cfg = _config(do_sample=True, **{"temperature": 1.0, "top_k": 0, **kw})
+    want = _hf_filtered(logits, cfg)[0]
+    draws = _next_tokens(logits.expand(20000, -1), cfg)
+    counts = torch.bincount(draws, minlength=30).float()
+    assert counts[want == 0].sum() == 0  # nothing the warpers filter out is ever drawn
+    keep = want > 0
+    expected = want[keep] * counts.sum()
+    chi2 = float(((counts[keep] - expected) ** 2 / expected).sum())
+    assert chi2 < 3 * int(keep.sum()) + 30, (chi2, int(keep.sum()))
+
+
+@pytest.mark.parametrize("kw", [dict(num_beams=2), dict(repetition_penalty=1.3), dict(min_new_tokens=4),
+                                dict(no_repeat_ngram_size=2), dict(suppress_tokens=[5])])
+def test_settings_it_does_not_handle_fall_back_to_generate(model, kw):
+    from rlft.decode import decode
+
+    ids, mask = _prompts()
+    assert decode(model, input_ids=ids, attention_mask=mask, generation_config=_config(**kw)) is None
+
+
+def test_generation_stops_at_the_models_last_position(model):
+    from rlft.decode import decode
+
+    ids = torch.full((2, model.config.max_position_embeddings - 3), 10)
+    with torch.no_grad():
+        out = decode(model, input_ids=ids, attention_mask=torch.ones_like(ids),
+                     generation_config=_config(do_sample=True, eos_token_id=[999], max_new_tokens=50))
+    assert out.size(1) <= model.config.max_position_embeddings
+
+
+def test_lora_over_a_bf16_base_computes_in_bf16_with_fp32_weights(tiny_dir):
+    """The adapter's matmuls run in the base's dtype (no fp32 activations), its weights and gradients stay fp32,
+    and the gradients agree with peft's fp32 path to bf16 precision."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rlft.models import _fp32_trainable
+
+    def build(ours):
+        torch.manual_seed(0)
+        m = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.bfloat16)
+        pm = get_peft_model(m, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0,
+                                          init_lora_weights=False))
+        if ours:
+            _fp32_trainable(pm)
+        else:
+            for p in pm.parameters():
+                if p.requires_grad:
+                    p.data = p.data.float()
+        return pm
+
+    ids = torch.randint(4, 60, (4, 24), generator=torch.Generator().manual_seed(0))
+    grads, dtypes = [], []
+    for ours in (False, True):
+        pm = build(ours)
+        seen = []
+        lora = next(m for n, m in pm.named_modules() if n.endswith("lora_B.default"))
+        lora.register_forward_hook(lambda mod, args, out, seen=seen: seen.append(out.dtype))
+        pm(input_ids=ids, labels=ids).loss.backward()
+        dtypes.append(seen[0])
+        grads.append(torch.cat([p.grad.flatten() for p in pm.parameters() if p.requires_grad]))
+        assert all(p.dtype == torch.float32 for p in pm.parameters() if p.requires_grad)
+    assert dtypes == [torch.float32, torch.bfloat16]
+    rel = float((grads[1] - grads[0]).norm() / grads[0].norm())
+    assert 0 < rel < 0.05, rel
