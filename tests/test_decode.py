@@ -150,3 +150,38 @@ def test_lora_over_a_bf16_base_computes_in_bf16_with_fp32_weights(tiny_dir):
     assert dtypes == [torch.float32, torch.bfloat16]
     rel = float((grads[1] - grads[0]).norm() / grads[0].norm())
     assert 0 < rel < 0.05, rel
+
+
+def test_trls_fused_head_scores_the_same_when_it_projects_labelled_positions_only(tiny_dir, monkeypatch):
+    """rlft.trl_cpu: on the CPU TRL's compact path (labelled positions only) gives the full path's log-probs and
+    gradients, and rlft switches it on."""
+    import trl.trainer.distillation_trainer as trl_distill
+    import trl.trainer.utils as trl_utils
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from rlft.trl_cpu import score_labelled_positions_only
+
+    for module in (trl_utils, trl_distill):  # TRL's own choice (an earlier run in this process may have set rlft's)
+        monkeypatch.setattr(module, "_use_triton", getattr(module._use_triton, "original", module._use_triton))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
+    ids = torch.randint(4, 60, (4, 20), generator=torch.Generator().manual_seed(1))
+    labels = ids.clone()
+    labels[:, :14] = -100  # prompts: only the last 6 tokens are scored
+
+    def run():
+        model.zero_grad()
+        out = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        (out.log_probs.sum() + out.entropy.sum()).backward()
+        return out.log_probs.detach(), out.entropy.detach(), model.lm_head.weight.grad is None, \
+            torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    assert not trl_utils._use_triton(torch.device("cpu"))  # TRL projects every position on the CPU
+    full = run()
+    assert score_labelled_positions_only() >= 1
+    assert trl_utils._use_triton(torch.device("cpu"))
+    compact = run()
+    for a, b in zip(full, compact):
+        assert a == b if isinstance(a, bool) else torch.allclose(a, b, atol=1e-5, rtol=1e-4)
