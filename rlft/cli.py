@@ -46,7 +46,7 @@ from rlft.commands import (
     eval as eval_cmd,
 )
 from rlft.commands.options import err_console
-from rlft.errors import Terminated, UserError
+from rlft.errors import Terminated, UserError, signal_line
 
 
 class _RootGroup(TyperGroup):
@@ -112,8 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except (Terminated, KeyboardInterrupt) as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
-        name = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (SIGINT)"
-        err_console.print(f"{name} outside a training step: no checkpoint saved by it", highlight=False)
+        err_console.print(signal_line(signum), highlight=False)
         sys.exit(128 + signum)
     except OSError as exc:  # a full or read-only disk, a name too long, ...: the user's to fix
         if debug or exc.errno not in DISK_ERRORS:

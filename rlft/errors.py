@@ -42,6 +42,39 @@ class Terminated(BaseException):
         self.signum = signum
 
 
+def signal_line(signum: int) -> str:
+    """The one line the CLI prints for SIGTERM or SIGINT outside a training step."""
+    import signal
+
+    name = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (SIGINT)"
+    return f"{name} outside a training step: no checkpoint saved by it"
+
+
+def exit_on_signals() -> None:
+    """Until the CLI's own handlers are set (while `rlft.cli` imports) and after they are restored (while the
+    interpreter shuts down), SIGINT and SIGTERM print `signal_line` and exit 128 + signum at once: nothing is
+    being written then, and Python's default would print a KeyboardInterrupt traceback, or nothing at all."""
+    import os
+    import signal
+    import sys
+
+    def _exit(signum, frame):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os.write(2, (signal_line(signum) + "\n").encode())
+        os._exit(128 + signum)
+
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup / a background job keeps ignoring it
+                signal.signal(signum, _exit)
+    except ValueError:  # not the main thread: handlers cannot be set there
+        pass
+
+
 def row_problem(path: str, line: int | None, field: str | None, what: str) -> str:
     """Format one data problem as `file:line: field 'x': what`."""
     where = f"{path}:{line}" if line is not None else str(path)
