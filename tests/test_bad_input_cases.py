@@ -231,3 +231,42 @@ def test_ctrl_c_during_a_merge_is_one_line_and_keeps_the_old_output(tmp_path, rl
     assert proc.returncode == 130, err
     assert "interrupted (SIGINT)" in err and "Traceback" not in err, err
     assert listing(tmp_path) == before
+
+
+# =========================================================================== a GGUF whose ids the model cannot embed
+
+
+@pytest.mark.parametrize("damage, words", [
+    ({"extra_tokens": 5}, ["lists 264 tokens", "embedding has 259 rows"]),
+    ({"eos": 400}, ["tokenizer.ggml.eos_token_id = 400", "past its 259 tokens"]),
+])
+def test_a_gguf_whose_tokenizer_has_ids_past_the_embedding_is_one_line(cli, tmp_path, rlft_cache, damage, words):
+    pytest.importorskip("gguf")
+    from gguf_tiny import write_tiny_gguf
+
+    src = tmp_path / "damaged.gguf"
+    write_tiny_gguf(src, **damage)
+    before, cached = listing(tmp_path), sorted(rlft_cache.iterdir())
+    refused(cli("sft", "--model", src, "--data", SFT_DATA, "-o", tmp_path / "out", "--max-steps", "1"),
+            "damaged.gguf", *words)
+    refused(cli("chat", src, "--prompt", "hi"), *words)
+    assert listing(tmp_path) == before and sorted(rlft_cache.iterdir()) == cached
+
+
+def test_the_valid_tiny_gguf_converts_with_every_token_id_embedded(cli, tmp_path, rlft_cache):
+    """The valid tiny GGUF passes the check, and the `<|endoftext|>` transformers' converter adds past its
+    259 rows is dropped: that text is plain bytes, and chat on it works."""
+    pytest.importorskip("gguf")
+    from gguf_tiny import write_tiny_gguf
+    from transformers import AutoConfig, AutoTokenizer
+
+    from rlft.model_sources import gguf_folder
+
+    src = tmp_path / "tiny.gguf"
+    write_tiny_gguf(src)
+    folder = gguf_folder(src)
+    tok, rows = AutoTokenizer.from_pretrained(folder), AutoConfig.from_pretrained(folder).vocab_size
+    assert rows == 259 and max(tok.get_vocab().values()) < rows and len(tok) == rows
+    assert max(tok("hi <|endoftext|> <|im_end|>").input_ids) < rows
+    r = cli("chat", src, "--prompt", "hi <|endoftext|>", "--max-new-tokens", "4")
+    assert r.code == 0 and "Traceback" not in r.text, r.text
