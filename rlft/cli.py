@@ -46,7 +46,7 @@ from rlft.commands import (
     eval as eval_cmd,
 )
 from rlft.commands.options import err_console
-from rlft.errors import Terminated, UserError, signal_line
+from rlft.errors import Terminated, UserError, disk_errno, signal_line
 
 
 class _RootGroup(TyperGroup):
@@ -124,7 +124,15 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(f"  [bold]fix:[/] {DISK_ERRORS[exc.errno]}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except Exception as exc:  # an rlft bug or a library failure: say so in one line
-        _crash(exc, debug)
+        number = disk_errno(exc)
+        if debug or number is None:
+            _crash(exc, debug)
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]error:[/] {escape(os.strerror(number))} while writing "
+                          f"({type(exc).__name__})", highlight=False, soft_wrap=True)
+        err_console.print(f"  [bold]fix:[/] {DISK_ERRORS[number]}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     finally:
         for signum, handler in (previous or {}).items():
             signal.signal(signum, handler)

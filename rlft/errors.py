@@ -75,6 +75,29 @@ def exit_on_signals() -> None:
         pass
 
 
+# errno values that are the machine's state (a full or read-only disk), not rlft's bug.
+DISK_ERRNOS = {28: "ENOSPC", 122: "EDQUOT", 30: "EROFS"}
+
+
+def disk_errno(exc: BaseException | None) -> int | None:
+    """The errno of a full or read-only disk behind `exc`, or None: an OSError's errno, or the `os error N`
+    that libraries written in Rust or C++ put in their message (safetensors' SafetensorError, torch.save's
+    RuntimeError), along the exception's cause and context."""
+    import re
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
+            return exc.errno
+        found = re.search(r"os error (\d+)|No space left on device|Read-only file system|quota exceeded", str(exc))
+        if found:
+            number = int(found.group(1)) if found.group(1) else {"N": 28, "R": 30, "q": 122}[found.group(0)[0]]
+            if number in DISK_ERRNOS:
+                return number
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
 def row_problem(path: str, line: int | None, field: str | None, what: str) -> str:
     """Format one data problem as `file:line: field 'x': what`."""
     where = f"{path}:{line}" if line is not None else str(path)

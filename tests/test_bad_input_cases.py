@@ -270,3 +270,89 @@ def test_the_valid_tiny_gguf_converts_with_every_token_id_embedded(cli, tmp_path
     assert max(tok("hi <|endoftext|> <|im_end|>").input_ids) < rows
     r = cli("chat", src, "--prompt", "hi <|endoftext|>", "--max-new-tokens", "4")
     assert r.code == 0 and "Traceback" not in r.text, r.text
+
+
+# =========================================================================== full and read-only disks
+
+
+def _mount(point: Path, size: str) -> None:
+    point.mkdir()
+    try:
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
+                              capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        pytest.skip("no mount command here: the full-disk cases need it")
+    if proc.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not permitted here ({proc.stderr.strip() or proc.returncode}): the "
+                    "full-disk cases need root")
+
+
+@pytest.fixture
+def disks(tmp_path):
+    """`full`: a 64 KiB tmpfs (any model fills it); `ro`: a read-only tmpfs holding an earlier merge output
+    (`old`, a model folder) and a finished run folder (`run`). Unmounted afterwards."""
+    full, ro = tmp_path / "full", tmp_path / "ro"
+    _mount(full, "64k")
+    try:
+        _mount(ro, "1m")
+        (ro / "old").mkdir()
+        (ro / "old" / "config.json").write_text("{}")
+        (ro / "run").mkdir()
+        (ro / "run" / "summary.json").write_text(json.dumps({"method": "sft", "status": "completed"}))
+        write_jsonl(ro / "run" / "metrics.jsonl", [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}])
+        subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+        yield {"full": full, "ro": ro}
+    finally:
+        for point in (full, ro):
+            if point.is_mount():
+                subprocess.run(["umount", str(point)], check=False)
+
+
+def _lora_run(tmp_path: Path, tiny_dir: Path) -> Path:
+    """A real LoRA adapter (untrained) on a copy of the tiny model, as merge reads it."""
+    import peft
+    import transformers
+
+    base = model_copy(tmp_path, tiny_dir, "base")
+    run = tmp_path / "lora"
+    lora = peft.LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM")
+    peft.get_peft_model(transformers.AutoModelForCausalLM.from_pretrained(base), lora).save_pretrained(run)
+    return run
+
+
+# id: (arguments, words the error line must hold). {full} / {ro} are the disks, {lora} a LoRA run, {bpe} a
+# byte-level BPE Llama export can write, {model} the tiny model.
+DISK_CASES = {
+    "merge-full": ("merge {lora} -o {full}/merged", ["No space left"]),
+    "merge-read-only-overwrite": ("merge {lora} -o {ro}/old --overwrite", ["Read-only file system"]),
+    "export-full": ("export {bpe} --gguf {full}/m.gguf", ["No space left"]),
+    "export-read-only": ("export {bpe} --gguf {ro}/m.gguf", ["Read-only file system"]),
+    "init-model-full": ("init-model -o {full}/tiny", ["No space left"]),
+    "sft-full": ("sft --model {model} --data {sft} -o {full}/run --max-steps 1", ["No space left"]),
+    "sft-lora-full": ("sft --model {model} --lora --data {sft} -o {full}/run --max-steps 1", ["No space left"]),
+    "grpo-full": ("grpo --model {model} --prompts {prompts} -o {full}/run --max-steps 1 --no-preflight",
+                  ["No space left"]),
+    "sft-read-only": ("sft --model {model} --data {sft} -o {ro}/new --max-steps 1", ["Read-only file system"]),
+    "report-read-only": ("report {ro}/run", ["Read-only file system"]),
+}
+
+
+@pytest.mark.parametrize("case", list(DISK_CASES))
+def test_a_full_or_read_only_disk_is_one_line_and_leaves_nothing(cli, tmp_path, tiny_dir, disks, case):
+    """Each writing command on a disk that fills (64 KiB) or is read-only: exit 2, one line naming the disk's
+    problem, no partial output (the full disk is left empty) and the earlier outputs as they were."""
+    args, words = DISK_CASES[case]
+    named = {**disks, "sft": SFT_DATA, "prompts": PROMPTS}
+    if "{lora}" in args:
+        named["lora"] = _lora_run(tmp_path, tiny_dir)
+    if "{model}" in args:
+        named["model"] = model_copy(tmp_path, tiny_dir, "model")
+    if "{bpe}" in args:
+        pytest.importorskip("gguf")
+        from test_export import build_bpe_llama
+
+        named["bpe"] = build_bpe_llama(tmp_path / "bpe")
+    before = listing(tmp_path)
+    refused(cli(*[part.format(**named) for part in args.split()]), *words)
+    assert listing(tmp_path) == before
+    assert list(disks["full"].iterdir()) == []
