@@ -440,7 +440,8 @@ def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], lis
     kwargs = dict(fields=data_cfg.fields, split=data_cfg.split)
     train = read_many(data_cfg.train, **kwargs)
     evals = read_rows(data_cfg.eval, **kwargs) if data_cfg.eval else []
-    if data_cfg.max_rows:  # before validation: the rows checked are the rows trained on (KTO's two labels)
+    cut = bool(data_cfg.max_rows) and len(train) > data_cfg.max_rows
+    if cut:  # before validation: the rows checked are the rows trained on (KTO's two labels)
         train = train[: data_cfg.max_rows]
     problems: list[str] = []
     for rows in (train, evals):
@@ -451,7 +452,8 @@ def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], lis
             except DataError as exc:
                 problems += exc.problems
     if problems:
-        raise DataError(problems, _FIXES[kind])
+        raise DataError(problems, _FIXES[kind] + (f"; data.max_rows={data_cfg.max_rows} keeps only the file's "
+                                                  "first rows: raise it, or shuffle the file" if cut else ""))
     if data_cfg.get("as_chat"):
         from rlft.chat_templates import wrap_as_chat
 

@@ -97,8 +97,8 @@ def _adapter(run: Path, base: Path) -> Path:
     return run
 
 
-# id: (arguments, words the error line must hold). `{name}` is built by _files, {out} is a run folder that
-# must not appear, {none} a path that does not exist.
+# id: (arguments, words the error line must hold[, words its fix line must hold]). `{name}` is built by
+# _files, {out} is a run folder that must not appear, {none} a path that does not exist.
 CASES = {
     # 3. hangs and memory: a sparse file, for the commands the other tests do not run on it
     "sparse-kto": ("kto --feedback {sparse} -o {out}", ["sparse file"]),
@@ -109,7 +109,11 @@ CASES = {
                                   ["--reward-model", "not a folder"]),
     "distill-truncated-teacher": ("distill --prompts {prompts} --teacher {trunc} -o {out}",
                                   ["--teacher", "truncated"]),
+    "rloo-language-model-as-reward-model": ("rloo --prompts {prompts} --reward-model {model} -o {out}",
+                                            ["not a reward model (LlamaForCausalLM)"]),
     # 5. bad values, before the run folder exists
+    "kto-max-rows-keeps-one-label": ("kto --feedback {thumbs} -o {out} --set data.max_rows=4",
+                                     ["every label is True"], ["data.max_rows=4", "first rows"]),
     "rloo-int-beyond-int64": ("rloo --prompts {big} -o {out}", ["big.jsonl:2", "beyond 64 bits"]),
     "distill-int-beyond-int64": ("distill --prompts {big} --teacher {model} -o {out}",
                                  ["big.jsonl:2", "beyond 64 bits"]),
@@ -128,7 +132,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_issue_23_case_is_one_line_and_changes_nothing(cli, tmp_path, tiny_dir, case):
-    args, words = CASES[case]
+    args, words, *fix = CASES[case]
     make = _files(tmp_path, tiny_dir)
     named = {"out": tmp_path / "out", "none": tmp_path / "none", "prompts": PROMPTS, "sft": SFT_DATA}
     for name in make:
@@ -141,6 +145,8 @@ def test_issue_23_case_is_one_line_and_changes_nothing(cli, tmp_path, tiny_dir, 
         assert "surrogate" in r.out or "beyond 64" in r.out, r.out
     else:
         refused(r, *words)
+        fix_line = r.err.split("  fix:")[-1]
+        assert all(word in fix_line for word in (fix[0] if fix else [])), r.err
     assert listing(tmp_path) == before
 
 
