@@ -362,3 +362,44 @@ def test_a_full_or_read_only_disk_is_one_line_and_leaves_nothing(cli, tmp_path, 
     refused(cli(*[part.format(**named) for part in args.split()]), *words)
     assert listing(tmp_path) == before
     assert list(disks["full"].iterdir()) == []
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_run_that_fills_the_disk_keeps_only_whole_checkpoints(tmp_path, resumed):
+    """The ending of a training run on a full disk (a SafetensorError naming `os error 28`): the checkpoint
+    being written (no trainer_state.json yet) and the final weights go; a resumed run keeps its folder and its
+    whole checkpoint, so --resume can continue; a fresh run with no whole checkpoint leaves no folder."""
+    from rlft.run import RunRecord
+
+    out = tmp_path / "run"
+    out.mkdir()
+    if resumed:
+        (out / "checkpoint-1").mkdir()
+        (out / "checkpoint-1" / "trainer_state.json").write_text("{}")
+    (out / "checkpoint-2").mkdir()
+    (out / "checkpoint-2" / "model.safetensors").write_bytes(b"half")
+    record = RunRecord(out, "sft", resumed_from=str(out / "checkpoint-1") if resumed else None)
+    (out / "model.safetensors").write_bytes(b"half")
+
+    class SafetensorError(Exception):
+        pass
+
+    with pytest.raises(SafetensorError):
+        with record.closing_on_error():
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    if resumed:
+        assert sorted(p.name for p in out.iterdir()) == ["checkpoint-1", "summary.json"]
+        assert json.loads((out / "summary.json").read_text())["status"] == "failed"
+    else:
+        assert not out.exists()
+
+
+def test_report_on_a_full_disk_is_one_line_and_writes_no_report(cli, tmp_path, disks):
+    run = disks["full"] / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"method": "sft", "status": "completed"}))
+    write_jsonl(run / "metrics.jsonl", [{"step": i, "loss": 1 / i} for i in range(1, 200)])
+    (disks["full"] / "filler").write_bytes(os.urandom(40_000))  # 8 KiB left: the plots do not fit
+    before = listing(tmp_path)
+    refused(cli("report", run), "report", "No space left")
+    assert listing(tmp_path) == before
