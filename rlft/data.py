@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from rlft.bounded import cell_problems, check_text_file, json_depth_problem, raise_csv_limit
+from rlft.bounded import cell_problems, check_text_file, json_depth_problem, kind_of, raise_csv_limit
 from rlft.errors import DataError, UserError, row_problem
 
 LOCAL_SUFFIXES = {".jsonl", ".json", ".csv", ".parquet"}
@@ -56,7 +56,7 @@ def read_rows(path: str, fields: dict[str, str] | None = None, split: str = "tra
         rows = _read_with_datasets(str(p), None, split=split)
     elif p.exists():
         if not p.is_file():
-            raise UserError(f"data file '{path}' is not a regular file (a pipe, socket or device)",
+            raise UserError(f"data file '{path}' is {kind_of(p) or 'something'}, not a regular file",
                             "pass a .jsonl, .json, .csv or .parquet file")
         if suffix not in LOCAL_SUFFIXES:
             raise UserError(f"{path}: unsupported file type '{suffix or '(none)'}'",

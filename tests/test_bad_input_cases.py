@@ -124,7 +124,7 @@ CASES = {
     "report-to-list-with-uninstalled": ("sft --data {sft} -o {out} --set train.report_to=[tensorboard,comet_ml]",
                                         ["comet_ml", "not installed"]),
     # 7. wrong diagnosis
-    "fifo-data-file": ("sft --data {fifo_data} -o {out}", ["data.jsonl", "not a regular file", "pipe"]),
+    "fifo-data-file": ("sft --data {fifo_data} -o {out}", ["data.jsonl", "is a named pipe (FIFO)"]),
     "chat-folder-named-gguf": ("chat {dir_gguf} --prompt hi", ["x.gguf", "is a folder"]),
     "merge-onto-a-file-without-overwrite": ("merge {lora} -o {notes}", ["notes.txt", "is a file"]),
 }
