@@ -145,6 +145,7 @@ DISK_ERRORS = {
     errno.EROFS: "choose an output on a writable file system",
     errno.EACCES: "check the permissions of that path, or choose another",
     errno.ENAMETOOLONG: "choose a shorter path (255 bytes a name, 4095 a path)",
+    errno.EIO: "check that the disk has free space and works (df -h), then run it again",
 }
 
 

@@ -76,13 +76,15 @@ def exit_on_signals() -> None:
 
 
 # errno values that are the machine's state (a full or read-only disk), not rlft's bug.
-DISK_ERRNOS = {28: "ENOSPC", 122: "EDQUOT", 30: "EROFS"}
+DISK_ERRNOS = {28: "ENOSPC", 122: "EDQUOT", 30: "EROFS", 5: "EIO"}
+# torch.save's writer reports a short write (a disk that filled up) without an errno; counted as EIO.
+_TORCH_WRITE_FAILED = ("PytorchStreamWriter failed writing", "file write failed", "unexpected pos")
 
 
 def disk_errno(exc: BaseException | None) -> int | None:
     """The errno of a full or read-only disk behind `exc`, or None: an OSError's errno, or the `os error N`
-    that libraries written in Rust or C++ put in their message (safetensors' SafetensorError, torch.save's
-    RuntimeError), along the exception's cause and context."""
+    that libraries written in Rust or C++ put in their message (safetensors' SafetensorError), or EIO for
+    torch.save's failed write (a RuntimeError without an errno), along the exception's cause and context."""
     import re
 
     seen = 0
@@ -94,6 +96,8 @@ def disk_errno(exc: BaseException | None) -> int | None:
             number = int(found.group(1)) if found.group(1) else {"N": 28, "R": 30, "q": 122}[found.group(0)[0]]
             if number in DISK_ERRNOS:
                 return number
+        if isinstance(exc, RuntimeError) and any(words in str(exc) for words in _TORCH_WRITE_FAILED):
+            return 5
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
 

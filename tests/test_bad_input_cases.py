@@ -403,3 +403,18 @@ def test_report_on_a_full_disk_is_one_line_and_writes_no_report(cli, tmp_path, d
     before = listing(tmp_path)
     refused(cli("report", run), "report", "No space left")
     assert listing(tmp_path) == before
+
+
+def test_the_write_errors_of_safetensors_and_torch_on_a_full_disk_are_disk_errors(disks):
+    """What a full disk raises in the libraries that write checkpoints, with no OSError among them."""
+    import torch
+    from safetensors.torch import save_file
+
+    from rlft.errors import disk_errno
+
+    for write in (lambda p: save_file({"x": torch.zeros(100_000)}, p), lambda p: torch.save(torch.zeros(100_000), p)):
+        with pytest.raises(Exception) as caught:
+            write(str(disks["full"] / "w"))
+        assert disk_errno(caught.value) in (28, 5), repr(caught.value)
+        (disks["full"] / "w").unlink(missing_ok=True)
+    assert disk_errno(RuntimeError("shape mismatch")) is None and disk_errno(ValueError("os error 2")) is None
