@@ -309,9 +309,12 @@ def disks(tmp_path):
         subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
         yield {"full": full, "ro": ro}
     finally:
+        import gc
+
+        gc.collect()  # a writer that failed may still hold its file open, which keeps the mount busy
         for point in (full, ro):
-            if point.is_mount():
-                subprocess.run(["umount", str(point)], check=False)
+            if point.is_mount() and subprocess.run(["umount", str(point)], capture_output=True).returncode:
+                subprocess.run(["umount", "-l", str(point)], check=False)  # detached once the file is closed
 
 
 def _lora_run(tmp_path: Path, tiny_dir: Path) -> Path:
