@@ -163,7 +163,9 @@ def check_reward_model(name: str, config) -> None:
     archs = getattr(config, "architectures", None) or []
     if getattr(config, "num_labels", None) != 1 or not any(a.endswith("ForSequenceClassification") for a in archs):
         what = ", ".join(archs) or "no architecture"
-        raise UserError(f"--reward-model '{name}' is not a reward model ({what}, {config.num_labels} labels): "
+        if any(a.endswith("ForSequenceClassification") for a in archs):
+            what += f", {config.num_labels} labels"
+        raise UserError(f"--reward-model '{name}' is not a reward model ({what}): "
                         "a reward model is a sequence classifier with one output",
                         "train one with `rlft reward` and pass its run folder, or use --verifier")
 

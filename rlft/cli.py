@@ -46,7 +46,7 @@ from rlft.commands import (
     eval as eval_cmd,
 )
 from rlft.commands.options import err_console
-from rlft.errors import Terminated, UserError
+from rlft.errors import Terminated, UserError, disk_errno, signal_line
 
 
 class _RootGroup(TyperGroup):
@@ -112,8 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except (Terminated, KeyboardInterrupt) as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
-        name = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (SIGINT)"
-        err_console.print(f"{name} outside a training step: no checkpoint saved by it", highlight=False)
+        err_console.print(signal_line(signum), highlight=False)
         sys.exit(128 + signum)
     except OSError as exc:  # a full or read-only disk, a name too long, ...: the user's to fix
         if debug or exc.errno not in DISK_ERRORS:
@@ -125,7 +124,15 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(f"  [bold]fix:[/] {DISK_ERRORS[exc.errno]}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except Exception as exc:  # an rlft bug or a library failure: say so in one line
-        _crash(exc, debug)
+        number = disk_errno(exc)
+        if debug or number is None:
+            _crash(exc, debug)
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]error:[/] {escape(os.strerror(number))} while writing "
+                          f"({type(exc).__name__})", highlight=False, soft_wrap=True)
+        err_console.print(f"  [bold]fix:[/] {DISK_ERRORS[number]}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     finally:
         for signum, handler in (previous or {}).items():
             signal.signal(signum, handler)
@@ -138,6 +145,7 @@ DISK_ERRORS = {
     errno.EROFS: "choose an output on a writable file system",
     errno.EACCES: "check the permissions of that path, or choose another",
     errno.ENAMETOOLONG: "choose a shorter path (255 bytes a name, 4095 a path)",
+    errno.EIO: "check that the disk has free space and works (df -h), then run it again",
 }
 
 

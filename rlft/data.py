@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from rlft.bounded import cell_problems, check_text_file, json_depth_problem, raise_csv_limit
+from rlft.bounded import cell_problems, check_text_file, json_depth_problem, kind_of, raise_csv_limit
 from rlft.errors import DataError, UserError, row_problem
 
 LOCAL_SUFFIXES = {".jsonl", ".json", ".csv", ".parquet"}
@@ -56,7 +56,7 @@ def read_rows(path: str, fields: dict[str, str] | None = None, split: str = "tra
         rows = _read_with_datasets(str(p), None, split=split)
     elif p.exists():
         if not p.is_file():
-            raise UserError(f"data file '{path}' is not a regular file (a pipe, socket or device)",
+            raise UserError(f"data file '{path}' is {kind_of(p) or 'something'}, not a regular file",
                             "pass a .jsonl, .json, .csv or .parquet file")
         if suffix not in LOCAL_SUFFIXES:
             raise UserError(f"{path}: unsupported file type '{suffix or '(none)'}'",
@@ -440,7 +440,8 @@ def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], lis
     kwargs = dict(fields=data_cfg.fields, split=data_cfg.split)
     train = read_many(data_cfg.train, **kwargs)
     evals = read_rows(data_cfg.eval, **kwargs) if data_cfg.eval else []
-    if data_cfg.max_rows:  # before validation: the rows checked are the rows trained on (KTO's two labels)
+    cut = bool(data_cfg.max_rows) and len(train) > data_cfg.max_rows
+    if cut:  # before validation: the rows checked are the rows trained on (KTO's two labels)
         train = train[: data_cfg.max_rows]
     problems: list[str] = []
     for rows in (train, evals):
@@ -451,7 +452,8 @@ def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], lis
             except DataError as exc:
                 problems += exc.problems
     if problems:
-        raise DataError(problems, _FIXES[kind])
+        raise DataError(problems, _FIXES[kind] + (f"; data.max_rows={data_cfg.max_rows} keeps only the file's "
+                                                  "first rows: raise it, or shuffle the file" if cut else ""))
     if data_cfg.get("as_chat"):
         from rlft.chat_templates import wrap_as_chat
 

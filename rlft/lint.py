@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rlft.bounded import cell_problems
 from rlft.errors import UserError
 from rlft.rows import (
     DEFAULT_GOLD_FIELDS,
@@ -109,11 +110,18 @@ def lint_rows(rows: list[Any], kind: str | None = None, verifier: Any = None) ->
     findings += {"pairs": _lint_pairs, "demonstrations": _lint_demonstrations,
                  "verifiable": lambda rs: _lint_verifiable(rs, verifier),
                  "ratings": _lint_ratings, "thumbs": _lint_thumbs}[kind](rows)
+    findings += _cell_findings(rows)
     source = getattr(rows[0], "source", None)
     for f in findings:
         f.source = f.source or source
     order = {lvl: i for i, lvl in enumerate(LEVELS)}
     return sorted(findings, key=lambda f: order[f.level])
+
+
+def _cell_findings(rows: list[Any]) -> list[Finding]:
+    """Values training would refuse (integers beyond 64 bits, lone surrogates), one error each, by line."""
+    return [_finding("error", "bad_value", problem)
+            for problem in cell_problems([r for r in rows if hasattr(r, "data")])[:MAX_LINES]]
 
 
 def has_errors(findings: Iterable[Finding]) -> bool:

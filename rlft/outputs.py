@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rlft.errors import UserError
+from rlft.errors import UserError, disk_errno
 
 
 def model_refs(name_or_path: str | Path, depth: int = 0) -> list[Path]:
@@ -131,7 +131,15 @@ def check_writable(out: Path, flag: str = "output_dir") -> None:
 
 def write_problem(out: Path, exc: OSError, flag: str = "output") -> UserError:
     """One line for an OSError while writing (full disk, read-only file system, name too long, ...)."""
-    return UserError(f"cannot write {flag} '{out}': {exc.strerror or exc}; nothing was written there",
+    what = exc.strerror or str(exc)
+    if exc.errno is None and "requested and" in what:  # numpy's short write on a disk that filled up
+        try:
+            disk = os.statvfs(Path(out).parent)
+            if disk.f_bavail * disk.f_frsize < 2**20:
+                what = f"No space left on device ({what})"
+        except OSError:
+            pass
+    return UserError(f"cannot write {flag} '{out}': {what}; nothing was written there",
                      "free some space or choose a writable location (a shorter path), then run it again")
 
 
@@ -153,6 +161,10 @@ def staged(out: Path, flag: str = "output") -> Iterator[Path]:
             os.replace(tmp, out)
     except OSError as exc:
         raise write_problem(out, exc, flag) from exc
+    except Exception as exc:  # safetensors and torch report a full disk as their own error type
+        if disk_errno(exc) is None:
+            raise
+        raise write_problem(out, OSError(disk_errno(exc), os.strerror(disk_errno(exc))), flag) from exc
     finally:
         _remove(tmp)
 

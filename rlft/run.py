@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from rlft.errors import Terminated, UserError
+from rlft.errors import Terminated, UserError, disk_errno
 from rlft.outputs import check_output, input_paths
 from rlft.run_guard import LOCK, check_not_live, check_same_run, release_lock
 
@@ -296,8 +296,31 @@ class RunRecord:
             self.finish("interrupted", signal=getattr(exc, "signum", 2))
             raise
         except BaseException as exc:
-            self.finish("failed", error=f"{type(exc).__name__}: {exc}")
+            if self.write and disk_errno(exc) is not None:
+                self.discard_partial()
+                if not self.out.exists():
+                    raise
+            try:
+                self.finish("failed", error=f"{type(exc).__name__}: {exc}")
+            except OSError:  # the disk that failed the run cannot take its summary either
+                release_lock(self.out)
             raise
+
+    def discard_partial(self) -> None:
+        """After a full disk: remove what was being written when it filled (a checkpoint without its
+        trainer_state.json, which TRL and rlft's PPO write last, and the final weights in the run folder), so
+        --resume never picks up half a checkpoint; a run that started here and kept no whole checkpoint leaves
+        no folder at all."""
+        for ckpt in self.out.glob("checkpoint-*"):
+            if ckpt.is_dir() and not (ckpt / "trainer_state.json").is_file():
+                shutil.rmtree(ckpt, ignore_errors=True)
+        for weights in [*self.out.glob("model*.safetensors*"), *self.out.glob("adapter_model.safetensors*"),
+                        *self.out.glob("*.tmp")]:
+            weights.unlink(missing_ok=True)
+        fresh = not self.summary["previous_runs"] and not self.summary["resumed_from"]
+        if fresh and last_checkpoint(self.out) is None:
+            release_lock(self.out)
+            shutil.rmtree(self.out, ignore_errors=True)
 
     def save(self) -> None:
         if self.write:

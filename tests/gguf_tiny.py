@@ -12,7 +12,9 @@ def _permute(t, heads):
     return t.reshape(heads, 2, t.shape[0] // heads // 2, *t.shape[1:]).swapaxes(1, 2).reshape(t.shape)
 
 
-def write_tiny_gguf(path, seed: int = 0):
+def write_tiny_gguf(path, seed: int = 0, extra_tokens: int = 0, eos: int = 258):
+    """`extra_tokens` more tokens in the tokenizer than embedding rows, or an `eos` id past them, make a
+    damaged GGUF whose tokenizer names ids the model cannot embed."""
     import gguf
     import numpy as np
     import torch
@@ -38,13 +40,14 @@ def write_tiny_gguf(path, seed: int = 0):
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)  # LlamaConfig's default rope_theta
     w.add_vocab_size(len(tokens))
+    tokens += [f"<|extra_{i}|>" for i in range(extra_tokens)]
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
-    w.add_token_types([1] * 257 + [3, 3])  # 1 normal, 3 control
+    w.add_token_types([1] * 257 + [3, 3] + [3] * extra_tokens)  # 1 normal, 3 control
     w.add_token_merges(["h e"])
     w.add_bos_token_id(257)
-    w.add_eos_token_id(258)
+    w.add_eos_token_id(eos)
     w.add_pad_token_id(258)  # pad == eos, as in SmolLM2
     w.add_chat_template(TINY_GGUF_TEMPLATE)
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
