@@ -7,7 +7,7 @@ import json
 import random
 from collections import Counter
 
-from helpers import DATA, ROOT
+from helpers import ROOT
 
 from rlft import alarms
 from rlft.prompt_band import FAILED_WEIGHT, BandSampler, PromptBand, weighted_draw
@@ -136,7 +136,7 @@ def test_a_short_run_logs_the_band_counts(cli, tmp_path, sft_short):
     checker.write_text(CHECKER)
     out = tmp_path / "grpo-band"
     r = cli("grpo", "--recipe", ROOT / "recipes/grpo_math_tiny.yaml", "--model", sft_short, "-o", out,
-            "--data", DATA / "arith/grpo_prompts.jsonl", "--verifier", f"{checker}:exact", "--max-steps", "20",
+            "--verifier", f"{checker}:exact", "--max-steps", "20",
             "--no-preflight", "--set", "train.logging_steps=5", "--set", "data.max_rows=40",
             "--set", "grpo.prompt_sampler=band", "--set", "watch.auto_holdout=false")
     assert r.code == 0, r.text
