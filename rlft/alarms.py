@@ -233,16 +233,14 @@ def zero_signal(history: History, th: Thresholds) -> Alarm | None:
     last = next((r for r in reversed(history) if "band/left" in r), {})
     band = {k: value(last, f"band/{k}") for k in ("in", "left", "retired", "failed", "on")}
     if band["left"] is not None and band["in"] is not None:  # rlft.methods.prompt_sampler's per-prompt records
-        total = int(band["in"] + band["left"])
-        message += (f"; {int(band['left'])} of {total} prompts left the learnable band ({int(band['retired'] or 0)} "
-                    f"solved in every sample twice, {int(band['failed'] or 0)} failed in every sample), "
-                    f"{int(band['in'])} remain in it")
+        message += (f"; {int(band['left'])} of {int(band['in'] + band['left'])} prompts left the learnable band "
+                    f"({int(band['retired'] or 0)} solved by every sample twice, {int(band['failed'] or 0)} failed "
+                    f"by every sample), {int(band['in'])} in it")
         evidence.update({f"band_{k}": v for k, v in band.items() if k != "on" and v is not None})
         if band["on"] == 0:
             fix += "; or draw prompts from the band: prompt_sampler: band in the run's grpo/rloo section"
-        elif band["in"] < 0.1 * max(total, 1):
-            fix = "the band sampler has few prompts left to draw from: add prompts at the edge of what the model " \
-                  "solves (harder ones when most are retired, easier or SFT first when most fail)"
+        elif band["in"] < 0.1 * (band["in"] + band["left"]):  # the band sampler has little left to draw from
+            fix = "add prompts at the edge of what the model solves (harder when most are retired, easier or SFT first)"
     return Alarm("zero_signal", pts[-1][0], message, evidence, fix)
 
 

@@ -52,9 +52,9 @@ PANELS = (
 )
 # Shown in the final-metrics table as first -> last, when logged.
 HEADLINE = ("loss", "eval_loss", "reward", "heldout/pass_at_1", "heldout/score", "kl", "entropy",
-            "frac_reward_zero_std", "band/left", "rewards/accuracies", "rewards/margins", "logps/chosen", "mean_token_accuracy",
-            "completions/mean_length", "tools/call_frequency", "tools/failure_frequency", "tools/calls",
-            "tools/errors", "tools/render_mismatches")
+            "frac_reward_zero_std", "band/left", "rewards/accuracies", "rewards/margins", "logps/chosen",
+            "mean_token_accuracy", "completions/mean_length", "tools/call_frequency", "tools/failure_frequency",
+            "tools/calls", "tools/errors", "tools/render_mismatches")
 
 
 def series(history: list[dict], key: str) -> list[tuple[int, float]]:

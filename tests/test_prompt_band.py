@@ -117,7 +117,7 @@ def test_zero_signal_alarm_names_the_prompts_that_left_the_band():
     assert "prompt_sampler: band" in alarm.fix and alarm.evidence["band_left"] == 1750
     for r in history:
         r["band/on"], r["band/in"], r["band/left"] = 1, 50, 1850
-    assert "few prompts left to draw from" in alarms.zero_signal(history, th).fix
+    assert "add prompts at the edge" in alarms.zero_signal(history, th).fix
     plain = [{"step": s, "reward": 0.9, "frac_reward_zero_std": 0.9} for s in (10, 20, 30)]
     assert "band" not in alarms.zero_signal(plain, th).message  # runs logged before the records: as before
 

@@ -8,9 +8,10 @@ of its extension points:
   _get_train_sampler   `sampler: band`: rlft.prompt_band.BandSampler, TRL's RepeatSampler shape with each
                        chunk drawn from the learnable band; `plain`: TRL's own sampler, unchanged;
   log                  each training log carries the band counts (band/in, band/unseen, band/retired,
-                       band/failed, band/left; band/on: 1 under the band sampler), the mean pass rate of the prompts sampled so far and the share
-                       of the groups scored since the last log whose prompt was in the band
-                       (band/scored_in_band); the zero_signal alarm (rlft.alarms) names band/left.
+                       band/failed, band/left; band/on: 1 under the band sampler), the mean pass rate of the
+                       prompts sampled so far (band/pass_rate) and the share of the groups scored since the
+                       last log whose prompt was in the band (band/scored_in_band); the zero_signal alarm
+                       (rlft.alarms) names band/left.
 The records are kept under both samplers, so a plain run's metrics say how many prompts left the band too.
 Each row of the training dataset carries its index in the column INDEX (added by `indexed`); it is taken
 out of the rows before the reward functions see them. On --resume the record starts empty (all unseen).
@@ -74,7 +75,8 @@ def with_band(trainer_cls, sampler: str):
         def log(self, logs, start_time=None):
             if self.model.training and self._metrics["train"].get("reward"):
                 band = self._band()
-                logs.update({f"band/{k}": v for k, v in band.counts().items()}, **{"band/on": int(self.prompt_sampler == "band")})
+                logs.update({f"band/{k}": v for k, v in band.counts().items()})
+                logs["band/on"] = int(self.prompt_sampler == "band")
                 rates = [r.pass_rate for r in band.records if r.pass_rate is not None]
                 if rates:
                     logs["band/pass_rate"] = round(sum(rates) / len(rates), 4)
