@@ -85,7 +85,8 @@ def group_rl(num_generations: Field, beta: Field) -> dict[str, Field]:
         "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
                                 rlft_only=True),
         "prompt_sampler": Field("str", "plain", "band: draw the next prompts mostly from those neither always nor "
-                                "never solved so far (rlft/prompt_band.py); plain: TRL's shuffled passes",
+                                "never solved so far (rlft/prompt_band.py); plain: TRL's shuffled passes (the "
+                                "default: band did not beat it on the tiny math runs, bench/band_vs_plain.py)",
                                 choices=("band", "plain"), rlft_only=True),
         "heldout_max_new_tokens": Field("int", None, "generation budget for held-out evaluation "
                                         "(default: max_completion_length)", minimum=1, rlft_only=True),
