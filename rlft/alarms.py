@@ -227,10 +227,21 @@ def zero_signal(history: History, th: Thresholds) -> Alarm | None:
            "those it sometimes fails" if solved else
            "the groups are all-fail or all-pass: use easier prompts or SFT first, a partial-credit verifier, "
            "or a larger group (num_generations)")
-    return Alarm("zero_signal", pts[-1][0],
-                 f"{_mean(_values(pts)):.0%} of sampled groups had all-equal rewards over the last {len(pts)} logs "
-                 f"(>= {th.zero_signal_frac:.0%}): those groups have zero advantage and teach nothing",
-                 {"steps": _steps(pts), "frac_reward_zero_std": _values(pts), "reward": mean_reward}, fix)
+    evidence = {"steps": _steps(pts), "frac_reward_zero_std": _values(pts), "reward": mean_reward}
+    message = (f"{_mean(_values(pts)):.0%} of sampled groups had all-equal rewards over the last {len(pts)} logs "
+               f"(>= {th.zero_signal_frac:.0%}): those groups have zero advantage and teach nothing")
+    last = next((r for r in reversed(history) if "band/left" in r), {})
+    band = {k: value(last, f"band/{k}") for k in ("in", "left", "retired", "failed", "on")}
+    if band["left"] is not None and band["in"] is not None:  # rlft.methods.prompt_sampler's per-prompt records
+        message += (f"; {int(band['left'])} of {int(band['in'] + band['left'])} prompts left the learnable band "
+                    f"({int(band['retired'] or 0)} solved by every sample twice, {int(band['failed'] or 0)} failed "
+                    f"by every sample), {int(band['in'])} in it")
+        evidence.update({f"band_{k}": v for k, v in band.items() if k != "on" and v is not None})
+        if band["on"] == 0:
+            fix += "; or draw prompts from the band: prompt_sampler: band in the run's grpo/rloo section"
+        elif band["in"] < 0.1 * (band["in"] + band["left"]):  # the band sampler has little left to draw from
+            fix = "add prompts at the edge of what the model solves (harder when most are retired, easier or SFT first)"
+    return Alarm("zero_signal", pts[-1][0], message, evidence, fix)
 
 
 def kl_blowup(history: History, th: Thresholds) -> Alarm | None:

@@ -44,15 +44,17 @@ PANELS = (
     Panel("entropy", "Entropy", ("entropy",), "nats/token"),
     Panel("zero_signal", "GRPO groups with all-equal rewards", ("frac_reward_zero_std",), "share",
           (0.8, "alarm threshold")),
+    Panel("band", "GRPO/RLOO prompts by pass record (rlft.prompt_band)", ("band/in", "band/retired", "band/failed"),
+          "prompts"),
     Panel("logps", "DPO log-probs", ("logps/chosen", "logps/rejected"), "nats"),
     Panel("length", "Completion length", ("completions/mean_length",), "tokens"),
     Panel("repetition", "Completion repetition", ("completions/repetition",), "share of repeated 4-grams"),
 )
 # Shown in the final-metrics table as first -> last, when logged.
 HEADLINE = ("loss", "eval_loss", "reward", "heldout/pass_at_1", "heldout/score", "kl", "entropy",
-            "frac_reward_zero_std", "rewards/accuracies", "rewards/margins", "logps/chosen", "mean_token_accuracy",
-            "completions/mean_length", "tools/call_frequency", "tools/failure_frequency", "tools/calls",
-            "tools/errors", "tools/render_mismatches")
+            "frac_reward_zero_std", "band/left", "rewards/accuracies", "rewards/margins", "logps/chosen",
+            "mean_token_accuracy", "completions/mean_length", "tools/call_frequency", "tools/failure_frequency",
+            "tools/calls", "tools/errors", "tools/render_mismatches")
 
 
 def series(history: list[dict], key: str) -> list[tuple[int, float]]:

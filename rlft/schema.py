@@ -84,6 +84,10 @@ def group_rl(num_generations: Field, beta: Field) -> dict[str, Field]:
                                     minimum=0.0, maximum=1.0, rlft_only=True),
         "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
                                 rlft_only=True),
+        "prompt_sampler": Field("str", "plain", "band: draw the next prompts mostly from those neither always nor "
+                                "never solved so far (rlft/prompt_band.py); plain: TRL's shuffled passes (the "
+                                "default: band did not beat it on the tiny math runs, bench/band_vs_plain.py)",
+                                choices=("band", "plain"), rlft_only=True),
         "heldout_max_new_tokens": Field("int", None, "generation budget for held-out evaluation "
                                         "(default: max_completion_length)", minimum=1, rlft_only=True),
         # Tools and environments (rlft/tools.py): GRPO only; RLOOTrainer has no tool loop in TRL 1.16

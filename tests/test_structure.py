@@ -15,7 +15,8 @@ from helpers import FIXTURES
 ROOT = Path(__file__).resolve().parents[1] / "rlft"
 MAX_LINES = 500
 METHOD_PARTS = {"ppo_setup": "ppo", "ppo_rollout": "ppo", "ppo_math": "ppo"}  # one method in several modules
-SHARED_METHOD_MODULES = {"rlft.methods", "rlft.methods.common", "rlft.methods.callback", "rlft.methods.group_rl"}
+SHARED_METHOD_MODULES = {"rlft.methods", "rlft.methods.common", "rlft.methods.callback", "rlft.methods.group_rl",
+                         "rlft.methods.prompt_sampler"}
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:

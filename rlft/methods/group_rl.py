@@ -21,6 +21,7 @@ from rich.console import Console
 
 from rlft.errors import UserError
 from rlft.methods.common import Prepared, build_trl_config, load_run_tokenizer
+from rlft.methods.prompt_sampler import indexed, with_band
 from rlft.verifiers.loading import build_reward, load_verifiers, validate_gold
 
 
@@ -120,8 +121,9 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
     return Prepared(train_rows, eval_rows, tok=tok, model=model, reward_fn=reward_fn, preflight=result, tools=tools)
 
 
-def build(cfg, out: Path, prepared: Prepared, config_cls, trainer_cls):
-    """The TRL trainer (GRPOTrainer or RLOOTrainer) on the prepared model and reward; preflight.json written."""
+def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_cls):
+    """The TRL trainer (GRPOTrainer or RLOOTrainer, with the per-prompt pass records and the section's
+    prompt_sampler: rlft.methods.prompt_sampler) on the prepared model and reward; preflight.json written."""
     from rlft.data import to_dataset
     from rlft.run import is_main_process, write_json
 
@@ -130,8 +132,9 @@ def build(cfg, out: Path, prepared: Prepared, config_cls, trainer_cls):
     tools = prepared.tools
     extra = {"max_tool_calling_iterations": tools.max_tool_calls} if tools is not None else {}
     args = build_trl_config(cfg, config_cls, out, False, **extra)
+    trainer_cls = with_band(trainer_cls, cfg.values[section]["prompt_sampler"])
     trainer = trainer_cls(model=prepared.model, reward_funcs=[prepared.reward_fn], args=args,
-                          processing_class=prepared.tok, train_dataset=to_dataset(prepared.train_rows),
+                          processing_class=prepared.tok, train_dataset=indexed(to_dataset(prepared.train_rows)),
                           **(tools.trainer_kwargs() if tools is not None else {}))
     if tools is not None:  # rlft.tools: per-log counts of tool calls and bad calls into metrics.jsonl
         from rlft.episodes import watch_rendering

@@ -35,7 +35,7 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> Prepared
 def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import GRPOConfig, GRPOTrainer
 
-    return group_rl.build(cfg, out, prepared, GRPOConfig, GRPOTrainer)
+    return group_rl.build(cfg, SECTION, out, prepared, GRPOConfig, GRPOTrainer)
 
 
 def after(cfg: RunConfig, trainer, prepared: Prepared, console: Console) -> dict[str, float]:

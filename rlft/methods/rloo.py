@@ -33,7 +33,7 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> Prepared
 def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import RLOOConfig, RLOOTrainer
 
-    return group_rl.build(cfg, out, prepared, RLOOConfig, RLOOTrainer)
+    return group_rl.build(cfg, SECTION, out, prepared, RLOOConfig, RLOOTrainer)
 
 
 def after(cfg: RunConfig, trainer, prepared: Prepared, console: Console) -> dict[str, float]:
