@@ -263,7 +263,7 @@ class Watcher:
 
         h = self.setup.holdout
         m = measure(h.kind, model, tok, h.rows, scorer=h.scorer, max_new_tokens=h.max_new_tokens,
-                    reward_model=h.reward_model)
+                    reward_model=h.reward_model, tools=h.tools)
         self.last_heldout = m.samples
         record = {"step": step, "epoch": round(epoch, 4), **m.record()}
         self.checks.append(Check(step, m.value, m.per_row, m.metric, m.stderr))
