@@ -226,6 +226,11 @@ class Watcher:
             self.metrics.write(json.dumps(record) + "\n")
         self.history.append(record)
         new = check(self.history, self.setup.thresholds, skip=set(self.alarm_names))
+        th = self.setup.thresholds
+        if "tool_collapse" not in self.alarm_names and "tool_collapse" not in th.ignore:  # rlft.tool_alarms
+            from rlft.tool_alarms import tool_collapse
+
+            new += [a for a in [tool_collapse(self.history, th)] if a is not None]
         for alarm in new:
             self.raise_alarm(alarm)
         return new
