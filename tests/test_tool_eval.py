@@ -54,3 +54,17 @@ def test_eval_env_bad_input_is_one_line(cli, tmp_path, tiny_dir):
     r = cli("eval", "-m", "tiny", "-d", plain, "--env", calc, "--verifier", "math")
     assert r.code == 2 and "plain string" in r.err
 
+
+def test_the_preflight_of_a_tool_run_samples_episodes(cli, tmp_path, tiny_dir):
+    out = tmp_path / "run"
+    r = cli("grpo", "-d", write_jsonl(tmp_path / "p.jsonl", ROWS), "--env",
+            str(DATA / "tools/calculator.py") + ":Calculator", "--verifier", "math", "-o", out, "--max-steps", "1",
+            "--batch-size", "2", "--num-generations", "2", "--set", "grpo.max_completion_length=12",
+            "--set", "grpo.preflight_prompts=3", "--set", "grpo.preflight_max_prompts=3")
+    assert r.code == 0, r.text
+    text = " ".join(r.text.split())  # the console wraps long lines
+    assert "tool calls/episode 0.00" in text and "over 3 prompts x 2 episodes" in text
+    pre = json.loads((out / "preflight.json").read_text())
+    # the random tiny model: every episode fails, no group is mixed (3 prompts are too few to refuse on)
+    assert pre["pass_rate"] == 0 and pre["mixed_fraction"] == 0 and pre["within_noise"]
+    assert pre["tool_calls_per_episode"] == 0 and pre["tool_errors_per_episode"] == 0
