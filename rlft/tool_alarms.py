@@ -47,8 +47,8 @@ def tool_collapse(history: History, th: Thresholds | None = None) -> Alarm | Non
                      f"tool calls per episode fell {start:.3g} -> {last[-1][1]:.3g} (under "
                      f"{TOOL_COLLAPSE_RATIO:.0%} of the start on the last {TOOL_LOGS} logs) while the reward went "
                      f"{r0:.3g} -> {r1:.3g}: the policy stopped using its tools", evidence,
-                     "lower the learning rate (the tiny calculator demo collapsed at 3e-4, learned at 5e-5), SFT "
-                     "longer on tool-call demonstrations, or keep the checkpoint with the best held-out success")
+                     "lower the learning rate (the tiny calculator demo collapsed at 3e-4, kept its tools at "
+                     "1e-4), SFT longer on tool-call demonstrations, or keep the best held-out checkpoint")
     fails = [(s, v) for s, v in series(history, "tools/failure_frequency")[-TOOL_LOGS:]]
     if len(fails) == TOOL_LOGS and all(v >= TOOL_ERROR_SHARE for _, v in fails):
         evidence["tools/failure_frequency"] = [_r(v) for _, v in fails]
