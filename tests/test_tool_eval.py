@@ -68,3 +68,18 @@ def test_the_preflight_of_a_tool_run_samples_episodes(cli, tmp_path, tiny_dir):
     # the random tiny model: every episode fails, no group is mixed (3 prompts are too few to refuse on)
     assert pre["pass_rate"] == 0 and pre["mixed_fraction"] == 0 and pre["within_noise"]
     assert pre["tool_calls_per_episode"] == 0 and pre["tool_errors_per_episode"] == 0
+
+
+def test_the_held_out_check_of_a_tool_run_plays_episodes(cli, tmp_path, tiny_dir):
+    """During training too (what watch.keep_best and the alarms read): task success of greedy episodes with the
+    tools, not single-turn pass@1 on a turn that is a tool call."""
+    out = tmp_path / "run"
+    rows = write_jsonl(tmp_path / "p.jsonl", ROWS)
+    r = cli("grpo", "-d", rows, "--env", str(DATA / "tools/calculator.py") + ":Calculator", "--verifier", "math",
+            "-o", out, "--max-steps", "2", "--batch-size", "2", "--num-generations", "2", "--no-preflight",
+            "--holdout", rows, "--set", "watch.holdout_every=1", "--set", "grpo.max_completion_length=12",
+            "--set", "train.logging_steps=1")
+    assert r.code == 0, r.text
+    checks = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if "heldout/metric" in x]
+    assert checks and all(c["heldout/metric"] == "task_success" and c["heldout/n"] == 3 for c in checks)
+    assert {"heldout/pass_at_1", "heldout/tool_use", "heldout/tool_errors_per_episode"} <= set(checks[0])
