@@ -92,6 +92,9 @@ def watch_rendering(trainer, stats: ToolStats, console, every: int = 1) -> None:
         else:
             ids = list(prompt_ids[i]) + list(completion_ids[i])
             note = f"trained on {trainer.processing_class.decode(ids[pos:pos + 12])!r}" if pos is not None else ""
+            if pos is not None and _same_text(trainer, prompts[i], completions[i], ids, tools):
+                note += "; the same text tokenized differently: the model spelled out a token the template " \
+                        "renders whole (on-policy ids are trained as sampled)"
         if pos is None and tool_mask is not None and not mask_covers_tool_results(
                 trainer.processing_class, list(prompts[i]), completions[i], prompt_ids[i], completion_ids[i],
                 tool_mask[i], tools, trainer.chat_template):
@@ -105,11 +108,21 @@ def watch_rendering(trainer, stats: ToolStats, console, every: int = 1) -> None:
     trainer._generate = checked
 
 
-def run_episode(model, tok, prompt: list, tools: list, max_calls: int = 4, max_new_tokens: int = 64) -> list:
-    """One greedy episode, as TRL's loop runs it at training time: generate a turn; when it parses as tool calls
-    (the tokenizer's response template), call the (guarded) tools and append their results as `tool` turns; stop
-    at an answer or after `max_calls` rounds. Returns the completion's messages (the verifiers score the assistant
-    turns). A bad call becomes an error result, as in training."""
+def _same_text(trainer, prompt, completion, ids, tools) -> bool:
+    """The episode's ids decode to the text the template renders (a tokenization difference, not a lost
+    separator); the rendering may go on past the ids (the template's newline after the last end-of-turn)."""
+    tok = trainer.processing_class
+    rendered = tok.apply_chat_template(list(prompt) + completion, tools=tools or None,
+                                       chat_template=trainer.chat_template, tokenize=False)
+    return rendered.startswith(tok.decode(ids))
+
+
+def run_episode(model, tok, prompt: list, tools: list, max_calls: int = 4, max_new_tokens: int = 64,
+                temperature: float | None = None) -> list:
+    """One episode, as TRL's loop runs it at training time: generate a turn (greedy, or sampled at `temperature`);
+    when it parses as tool calls (the tokenizer's response template), call the (guarded) tools and append their
+    results as `tool` turns; stop at an answer or after `max_calls` rounds. Returns the completion's messages (the
+    verifiers score the assistant turns). A bad call becomes an error result, as in training."""
     import torch
     from trl.chat_template_utils import parse_response
 
@@ -122,8 +135,9 @@ def run_episode(model, tok, prompt: list, tools: list, max_calls: int = 4, max_n
                                       tokenize=True, return_dict=False)
         ids = ids["input_ids"] if isinstance(ids, dict) else ids
         with torch.no_grad():
+            sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature else {}
             out = model.generate(torch.tensor([ids], device=model.device), max_new_tokens=max_new_tokens,
-                                 do_sample=False, pad_token_id=tok.pad_token_id)
+                                 pad_token_id=tok.pad_token_id, **({"do_sample": False} | sampling))
         turn = parse_response(tok, out[0, len(ids):].tolist(), prefix=ids, tools=tools)
         completion.append(turn)
         calls = turn.get("tool_calls") or []
@@ -142,26 +156,55 @@ def run_episode(model, tok, prompt: list, tools: list, max_calls: int = 4, max_n
     return completion
 
 
-def episode_success(model, tok, rows: list[dict], setup, scorer, max_new_tokens: int = 64) -> dict[str, float]:
-    """Greedy task success over held-out rows, episode by episode (`run_episode`), scored by `scorer`
-    (a verifier: f(completions, **row) -> rewards; reward >= 1 counts as a success), plus tool calls per episode.
-    `setup` (rlft.tools.ToolSetup) gives each row its guarded tools, from a fresh environment when there is one."""
+def _is_error(message: dict) -> bool:
+    return message.get("role") == "tool" and str(message.get("content", "")).startswith("{'error'")
+
+
+def score_episodes(model, tok, rows: list[dict], setup, scorer=None, max_new_tokens: int = 64,
+                   temperature: float | None = None) -> list[dict]:
+    """One episode per row (`run_episode`; greedy, or sampled at `temperature`), scored as in training: the
+    verifiers (`scorer`, f(completions,
+    **row) -> rewards) on the completion plus the environment's get_reward() when it has one (TRL adds it with
+    weight 1). An episode succeeds when every source gives it >= 1. `setup` (rlft.tools.ToolSetup) gives each row
+    its guarded tools, from a fresh environment when there is one. Per row: prompt, completion (the messages),
+    reward, success, tool_calls, tool_errors."""
     was_training = model.training
     model.eval()
-    rewards, calls = [], 0
+    out = []
     try:
         for row in rows:
-            tools, observation = setup.episode_tools(row)
+            tools, observation, env = setup.episode_tools(row)
             prompt = list(row["prompt"])
             if observation:  # TRL appends reset()'s string to the last prompt message
                 prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + observation}
-            completion = run_episode(model, tok, prompt, tools, setup.max_tool_calls, max_new_tokens)
-            calls += sum(len(m.get("tool_calls") or []) for m in completion)
-            extra = {k: [v] for k, v in row.items() if k != "prompt"}
-            reward = scorer([completion], prompts=[row["prompt"]], **extra)[0]
-            rewards.append(0.0 if reward is None else float(reward))
+            completion = run_episode(model, tok, prompt, tools, setup.max_tool_calls, max_new_tokens, temperature)
+            sources = []
+            if scorer is not None:
+                extra = {k: [v] for k, v in row.items() if k != "prompt"}
+                sources.append(scorer([completion], prompts=[row["prompt"]], **extra)[0])
+            if setup.env_reward:
+                sources.append(env.get_reward())
+            sources = [0.0 if r is None else float(r) for r in sources]
+            out.append({"prompt": row["prompt"], "completion": completion, "reward": sum(sources),
+                        "success": bool(sources) and all(r >= 1.0 for r in sources),
+                        "tool_calls": sum(len(m.get("tool_calls") or []) for m in completion),
+                        "tool_errors": sum(_is_error(m) for m in completion),
+                        "answered": not completion[-1].get("tool_calls")})
     finally:
         model.train(was_training)
-    n = max(len(rows), 1)
-    return {"heldout_task_success": sum(r >= 1.0 for r in rewards) / n, "heldout_mean_reward": sum(rewards) / n,
-            "heldout_tool_calls_per_episode": calls / n}
+    return out
+
+
+def summarize(episodes: list[dict]) -> dict[str, float]:
+    """Task success, mean reward, tool calls and bad calls per episode, the share of episodes that call a tool."""
+    n = max(len(episodes), 1)
+    return {"heldout_task_success": sum(e["success"] for e in episodes) / n,
+            "heldout_mean_reward": sum(e["reward"] for e in episodes) / n,
+            "heldout_tool_calls_per_episode": sum(e["tool_calls"] for e in episodes) / n,
+            "heldout_tool_errors_per_episode": sum(e["tool_errors"] for e in episodes) / n,
+            "heldout_tool_use": sum(e["tool_calls"] > 0 for e in episodes) / n}
+
+
+def episode_success(model, tok, rows: list[dict], setup, scorer=None, max_new_tokens: int = 64) -> dict[str, float]:
+    """Greedy task success over held-out rows, episode by episode (`score_episodes`), summarized."""
+    return summarize(score_episodes(model, tok, rows, setup, scorer, max_new_tokens))

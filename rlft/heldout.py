@@ -158,7 +158,7 @@ def _share(metric: str, wins: list[bool], extra: dict | None = None) -> Measure:
 
 
 def measure(kind: str, model, tok, rows: list[dict], *, scorer: Callable | None = None, max_new_tokens: int = 32,
-            reward_model: bool = False) -> Measure:
+            reward_model: bool = False, tools: Any = None) -> Measure:
     """The honest metric of `kind` on held-out `rows` (plain dicts) for `model` (see the module docstring).
     A model with bf16 and fp32 weights (rlft.precision: bf16 base + fp32 LoRA) runs under bf16 autocast, as the
     trainer runs it."""
@@ -171,8 +171,41 @@ def measure(kind: str, model, tok, rows: list[dict], *, scorer: Callable | None 
     ctx = (torch.autocast(device_type=device, dtype=torch.bfloat16) if torch.bfloat16 in dtypes and len(dtypes) > 1
            else contextlib.nullcontext())
     with ctx:
+        if tools is not None:
+            return _episodes(model, tok, rows, tools, scorer, max_new_tokens)
         return _measure(kind, model, tok, rows, scorer=scorer, max_new_tokens=max_new_tokens,
                         reward_model=reward_model)
+
+
+def _episodes(model, tok, rows: list[dict], tools, scorer: Callable | None, max_new_tokens: int) -> Measure:
+    """A tool run's check: task success of whole greedy episodes with the tools (rlft.episodes), scored as in
+    training; pass_at_1 is that success (the reward-hacking alarm reads it), tool use and errors go beside it."""
+    from rlft.episodes import score_episodes, summarize
+
+    episodes = score_episodes(model, tok, rows, tools, scorer, max_new_tokens)
+    wins = [e["success"] for e in episodes]
+    s = summarize(episodes)
+    m = _share("task_success", wins, {"pass_at_1": s["heldout_task_success"],
+                                      "mean_reward": s["heldout_mean_reward"],
+                                      "tool_use": s["heldout_tool_use"],
+                                      "tool_errors_per_episode": s["heldout_tool_errors_per_episode"]})
+    m.samples = [{"prompt": e["prompt"], "completion": _episode_text(e["completion"]), "reward": e["reward"]}
+                 for e in episodes]
+    return m
+
+
+def _episode_text(completion: list) -> str:
+    """An episode's messages as one line: tool calls as name(arguments), tool results after `->`."""
+    parts = []
+    for m in completion:
+        for c in m.get("tool_calls") or []:
+            fn = c.get("function") or {}
+            parts.append(f"{fn.get('name')}({fn.get('arguments')})")
+        if m.get("role") == "tool":
+            parts.append(f"-> {m.get('content')}")
+        elif m.get("content"):
+            parts.append(str(m["content"]))
+    return " ".join(parts)
 
 
 def _measure(kind: str, model, tok, rows: list[dict], *, scorer: Callable | None, max_new_tokens: int,

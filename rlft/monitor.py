@@ -226,6 +226,11 @@ class Watcher:
             self.metrics.write(json.dumps(record) + "\n")
         self.history.append(record)
         new = check(self.history, self.setup.thresholds, skip=set(self.alarm_names))
+        th = self.setup.thresholds
+        if "tool_collapse" not in self.alarm_names and "tool_collapse" not in th.ignore:  # rlft.tool_alarms
+            from rlft.tool_alarms import tool_collapse
+
+            new += [a for a in [tool_collapse(self.history, th)] if a is not None]
         for alarm in new:
             self.raise_alarm(alarm)
         return new
@@ -263,7 +268,7 @@ class Watcher:
 
         h = self.setup.holdout
         m = measure(h.kind, model, tok, h.rows, scorer=h.scorer, max_new_tokens=h.max_new_tokens,
-                    reward_model=h.reward_model)
+                    reward_model=h.reward_model, tools=h.tools)
         self.last_heldout = m.samples
         record = {"step": step, "epoch": round(epoch, 4), **m.record()}
         self.checks.append(Check(step, m.value, m.per_row, m.metric, m.stderr))

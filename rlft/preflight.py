@@ -64,6 +64,7 @@ class PreflightResult:
     mixed_interval: tuple[float, float] = (0.0, 1.0)
     min_mixed: float = 0.1
     within_noise: bool = False  # the interval still held min_mixed when the prompts ran out
+    episodes: dict[str, float] | None = None  # a tool run's: tool calls and tool errors per episode
 
     def as_dict(self) -> dict[str, Any]:
         return {"prompts": self.prompts, "num_generations": self.num_generations,
@@ -71,15 +72,19 @@ class PreflightResult:
                 "mixed_interval": [round(x, 4) for x in self.mixed_interval], "interval_z": Z,
                 "min_mixed": self.min_mixed, "within_noise": self.within_noise,
                 "truncation_rate": round(self.truncation_rate, 4), "parse_failures": round(self.parse_failures, 4),
-                "verdict": self.verdict, "advice": self.advice}
+                "verdict": self.verdict, "advice": self.advice,
+                **({k: round(v, 4) for k, v in self.episodes.items()} if self.episodes else {})}
 
     def line(self) -> str:
         """One line for the console: the estimates, their noise, and the verdict."""
         lo, hi = self.mixed_interval
         noise = f" (within noise of {self.min_mixed:g}: going)" if self.within_noise else ""
+        e = self.episodes
+        tools = (f", tool calls/episode {e['tool_calls_per_episode']:.2f}, tool errors/episode "
+                 f"{e['tool_errors_per_episode']:.2f}" if e else "")
         return (f"pass rate {self.pass_rate:.2f}, mixed groups {self.mixed_fraction:.2f} "
-                f"[{lo:.2f}-{hi:.2f}, 90% interval], truncated {self.truncation_rate:.2f} over {self.prompts} "
-                f"prompts x {self.num_generations} -> {self.verdict}{noise}")
+                f"[{lo:.2f}-{hi:.2f}, 90% interval], truncated {self.truncation_rate:.2f}{tools} over "
+                f"{self.prompts} prompts x {self.num_generations}{' episodes' if e else ''} -> {self.verdict}{noise}")
 
 
 def verdict_for(pass_rate: float, mixed_fraction: float, truncation_rate: float, min_mixed: float,
@@ -129,13 +134,41 @@ def _sample(net, tok, rows: list[dict], reward_fn: Callable, num_generations: in
     return (mixed, sum(s >= 1.0 for s in scores), sum(finished), sum(r is None for r in rewards), n)
 
 
+class _EpisodeSampler:
+    """`_sample` for a tool run: G sampled episodes per row with the run's tools (rlft.episodes.score_episodes),
+    scored as in training (the reward plus the environment's get_reward); an episode that ends on a tool call (out
+    of rounds) counts as truncated. Keeps the tool calls and tool errors per episode."""
+
+    def __init__(self, tools) -> None:
+        self.tools, self.episodes, self.calls, self.errors = tools, 0, 0, 0
+
+    def __call__(self, net, tok, rows, reward_fn, num_generations, max_new_tokens, temperature, batch_size):
+        from rlft.episodes import score_episodes
+
+        eps = score_episodes(net, tok, [r for r in rows for _ in range(num_generations)], self.tools, reward_fn,
+                             max_new_tokens, temperature=temperature)
+        self.episodes += len(eps)
+        self.calls += sum(e["tool_calls"] for e in eps)
+        self.errors += sum(e["tool_errors"] for e in eps)
+        scores = [e["reward"] for e in eps]
+        mixed = [len(set(scores[i:i + num_generations])) > 1 for i in range(0, len(eps), num_generations)]
+        return mixed, sum(e["success"] for e in eps), sum(e["answered"] for e in eps), 0, len(eps)
+
+    def counts(self) -> dict[str, float]:
+        n = max(self.episodes, 1)
+        return {"tool_calls_per_episode": self.calls / n, "tool_errors_per_episode": self.errors / n}
+
+
 def probe(net, tok, rows: list[dict], reward_fn: Callable, *, num_generations: int = 8, max_prompts: int = 32,
           max_new_tokens: int = 64, temperature: float = 1.0, min_mixed: float = 0.1,
-          batch_size: int = 64, section: str = "grpo", max_prompts_cap: int | None = None) -> PreflightResult:
-    """Sample, score and judge (the model is already loaded); the advice names `section`'s keys.
+          batch_size: int = 64, section: str = "grpo", max_prompts_cap: int | None = None,
+          tools: Any = None) -> PreflightResult:
+    """Sample, score and judge (the model is already loaded); the advice names `section`'s keys. With `tools`
+    (rlft.tools.ToolSetup), each sample is a whole episode with the tools (`_EpisodeSampler`).
 
     Starts with `max_prompts` prompts; while the mixed share's interval holds min_mixed, doubles the prompts
     (the next ones in `rows`) up to `max_prompts_cap` (default: max_prompts, one round)."""
+    sample = _EpisodeSampler(tools) if tools is not None else _sample
     cap = max(max_prompts, max_prompts_cap or max_prompts)
     if not rows:
         raise UserError("pre-flight got no prompts", "pass a prompts file with rows")
@@ -145,7 +178,7 @@ def probe(net, tok, rows: list[dict], reward_fn: Callable, *, num_generations: i
     while True:
         batch = rows[len(mixed):min(target, cap)]
         if batch:
-            m, p, f, u, c = _sample(net, tok, batch, reward_fn, num_generations, max_new_tokens, temperature,
+            m, p, f, u, c = sample(net, tok, batch, reward_fn, num_generations, max_new_tokens, temperature,
                                     batch_size)
             mixed += m
             passes, finished, unparsed, n = passes + p, finished + f, unparsed + u, n + c
@@ -159,7 +192,8 @@ def probe(net, tok, rows: list[dict], reward_fn: Callable, *, num_generations: i
     verdict, advice = verdict_for(pass_rate, mixed_fraction, truncation, min_mixed, num_generations, section,
                                   interval)
     return PreflightResult(len(mixed), num_generations, pass_rate, mixed_fraction, truncation, unparsed / n,
-                           verdict, advice, mixed, interval, min_mixed, undecided)
+                           verdict, advice, mixed, interval, min_mixed, undecided,
+                           sample.counts() if tools is not None else None)
 
 
 def run_preflight(model: str, rows, verifier: str | list[str], num_generations: int = 8, max_prompts: int = 32,

@@ -333,14 +333,19 @@ class ToolSetup:
     stats: ToolStats = field(default_factory=ToolStats)
     max_tool_calls: int = 4
 
-    def episode_tools(self, row: dict) -> tuple[list, str | None]:
-        """The tools of one held-out episode and reset()'s observation: the standalone tools, plus the methods
-        of a fresh environment reset on the row."""
+    def episode_tools(self, row: dict) -> tuple[list, str | None, Any]:
+        """The tools of one held-out episode, reset()'s observation and the environment (None without one): the
+        standalone tools, plus the methods of a fresh environment reset on the row."""
         if self.env_class is None:
-            return list(self.tools), None
+            return list(self.tools), None, None
         env = self.env_class()
         observation = env.reset(**row)
-        return list(self.tools) + [getattr(env, n) for n in tool_methods(self.env_class)], observation
+        return list(self.tools) + [getattr(env, n) for n in tool_methods(self.env_class)], observation, env
+
+    @property
+    def env_reward(self) -> bool:
+        """The environment owns a reward (get_reward), which TRL adds to the verifiers' with weight 1."""
+        return self.env_class is not None and callable(getattr(self.env_class, "get_reward", None))
 
     def trainer_kwargs(self) -> dict[str, Any]:
         """GRPOTrainer's `tools=` / `environment_factory=`, both guarded."""
@@ -367,7 +372,14 @@ def setup_tools(cfg, section: str, rows: list[dict], model_name: str) -> ToolSet
         raise UserError(f"training row {plain + 1}: the prompt is a plain string; tools are rendered only into a "
                         "conversation", "give prompts as messages, or add --set data.as_chat=true")
     limits = Limits(timeout=float(sec["tool_timeout"]), output_chars=int(sec["tool_output_chars"]))
-    setup = ToolSetup(max_tool_calls=int(sec["max_tool_calls"]))
+    return make_setup(tools_file, env_spec, rows, limits, int(sec["max_tool_calls"]))
+
+
+def make_setup(tools_file: str | None, env_spec: str | None, rows: list[dict], limits: Limits = Limits(),
+               max_tool_calls: int = 4) -> ToolSetup:
+    """The guarded tools of --tools FILE.py and/or --env FILE.py:Class, checked, the environment run once on
+    the first row (`dry_episode`): what `rlft grpo` trains with and `rlft eval` scores with."""
+    setup = ToolSetup(max_tool_calls=max_tool_calls)
     if tools_file:
         setup.tools = [guard(fn, limits, setup.stats) for fn in load_tools(tools_file)]
     if env_spec:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from rlft.alarms import Thresholds
 
@@ -25,6 +26,7 @@ class Holdout:
     kind: str = "verifiable"
     source: str = "file"  # file (watch.holdout) | eval (data.eval) | slice (watch.auto_holdout)
     reward_model: bool = False  # score pairs with the reward model's head (rlft reward)
+    tools: Any = None  # rlft.tools.ToolSetup of a tool run: the check plays whole greedy episodes with the tools
 
     def every_for(self, max_steps: int) -> int:
         return self.every or max(1, -(-max_steps // 10))
@@ -115,6 +117,9 @@ def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: Watch
                           f"({', '.join(sorted(gold))})", highlight=False)
             return train_rows if source == "eval" else train_rows + held
     metric = "pair_accuracy" if cfg.method == "reward" else metric_for(kind, rows)
+    section = cfg.values.get(cfg.method) or {}
+    if section.get("tools") or section.get("env"):  # common.start_run hands the check the run's tools
+        metric = "task_success (greedy episodes with the tools)"
     setup.holdout = Holdout(rows, scorer, spec, watch.get("holdout_every"),
                             int(watch.get("holdout_max_new_tokens") or 32), kind, source, cfg.method == "reward")
     where = ("the eval rows" if source == "eval" else

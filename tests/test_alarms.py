@@ -422,3 +422,46 @@ def test_watch_section_picks_the_rules_of_the_method():
     assert th.method == "distill" and th.diverge_ratio == 2.0
     assert alarms.applies("distill_diverging", "distill") and not alarms.applies("distill_diverging", "sft")
     assert not alarms.applies("dpo_drift", "kto") and alarms.applies("dpo_drift", "dpo")
+
+
+# ----------------------------------------------------------------------------- tool runs (episodes)
+
+
+def _recorded(name: str) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in (FIXTURES / f"grpo_tools_{name}_metrics.jsonl").read_text().splitlines()]
+
+
+def test_tool_collapse_fires_on_the_recorded_collapse_and_not_on_the_healthy_run():
+    # Recorded metrics.jsonl of two tiny-model GRPO runs with the calculator environment after SFT: lr 3e-4 stopped
+    # calling the tool (0.7 -> 0.075 -> 0 calls per episode, reward 0.25 -> 0), lr 3e-5 kept calling it.
+    from rlft.tool_alarms import tool_collapse
+
+    def first(rule, history):  # as the watcher runs a rule: after each log, the first that fires
+        return next((a for i in range(1, len(history) + 1) if (a := rule(history[:i], TH)) is not None), None)
+
+    collapsed = _recorded("collapse")
+    alarm = first(tool_collapse, collapsed)
+    assert alarm is not None and alarm.name == "tool_collapse" and alarm.step == 30
+    assert alarm.evidence["tools/call_frequency"] == [0.075, 0.0] and alarm.evidence["first_call_frequency"] == 0.7
+    assert "stopped using its tools" in alarm.message and "learning rate" in alarm.fix
+    assert first(tool_collapse, _recorded("healthy")) is None
+    # the zero-signal alarm reads the episode rewards of the same rows (all groups 0 after the collapse)
+    assert first(alarms.zero_signal, collapsed).step == 40
+
+
+def test_tool_collapse_on_dominant_errors_and_quiet_while_the_reward_rises():
+    from rlft.tool_alarms import tool_collapse
+
+    base = {"tools/call_frequency": [1.0, 1.1, 1.0, 1.2], "reward_std": [0.4, 0.4, 0.4, 0.4]}
+    errors = logs({**base, "tools/failure_frequency": [0.05, 0.2, 0.6, 0.7], "reward": [0.3, 0.3, 0.25, 0.2]})
+    alarm = tool_collapse(errors)
+    assert alarm is not None and alarm.step == 40 and alarm.evidence["tools/failure_frequency"] == [0.6, 0.7]
+    assert "errors" in alarm.message
+    rising = logs({**base, "tools/failure_frequency": [0.05, 0.2, 0.6, 0.7], "reward": [0.3, 0.35, 0.5, 0.6]})
+    assert tool_collapse(rising) is None  # a reward that rises: the errors are not costing the task
+    no_tool = logs({"tools/call_frequency": [0.9, 0.5, 0.1, 0.0], "reward": [0.2, 0.3, 0.5, 0.7]})
+    assert tool_collapse(no_tool) is None  # answering without the tool, and better: not a collapse
+    th = Thresholds.from_watch({"ignore": ["tool_collapse"]})
+    assert "tool_collapse" in th.ignore  # a known name for watch.ignore

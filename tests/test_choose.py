@@ -295,6 +295,13 @@ def test_human_output_names_method_why_and_next_command():
         assert part in r.stdout, part
 
 
+def test_an_environment_recommends_grpo_with_env_after_sft_demonstrations():
+    ready = choose_json("--signal", "environment", "--rows", "300", "--sft-model")
+    assert ready["method"] == "grpo" and "--env ENV.py:Class" in ready["next_command"]
+    first = choose_json("--signal", "environment", "--rows", "300", "--no-sft-model")
+    assert first["method"] == "sft" and "--env ENV.py:Class" in " ".join(first["commands"])
+
+
 # --------------------------------------------------------------------------- the rules with given numbers
 
 def verifier_signal(**kw) -> Signal:

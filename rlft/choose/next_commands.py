@@ -120,6 +120,9 @@ def _method_commands(method: str, s: Any, model: str | None) -> list[str]:
             cmd, out = _ratings_pairs(s)
             pre, paths = [cmd], [out]
         return pre + [f"rlft dpo {_files('--pairs', paths, 'PAIRS.jsonl')} --recipe {recipe}{m}"]
+    if method == "grpo" and s.kind == "environment":  # rlft/tools.py: TRL's environment_factory
+        return [(f"rlft grpo --prompts PROMPTS.jsonl --env ENV.py:Class --verifier {_q(s.verifier or 'VERIFIER')} "
+                 f"--eval-data HELDOUT.jsonl{m}")]
     if method == "grpo":
         paths = s.paths if s.kind == "verifier" else []
         return [(f"rlft grpo {_files('--prompts', paths, 'PROMPTS.jsonl')} "

@@ -30,6 +30,8 @@ The rules follow the domain table in the design notes (and the teaching texts be
     a true/false label)                    class weights when one label is rare)
   verifier, --budget low         rloo      k = 4 samples and a leave-one-out baseline instead of GRPO's G = 8
                                            and group std: about half the sampling per prompt (RLOO_GROUP)
+  an environment (tools +        grpo      --env FILE.py:Class / --tools FILE.py: episodes over TRL's tool loop
+    a reward or verifier)
   a teacher model (same          distill   on-policy distillation: the teacher scores every token of the
     tokenizer)                             student's own samples; no labels, no reward
 """
@@ -45,7 +47,7 @@ from rlft.errors import UserError
 from rlft.lint import Finding
 from rlft.rows import verifier_registry
 
-SIGNALS = ("demonstrations", "pairs", "verifier", "ratings", "taste", "thumbs", "teacher")
+SIGNALS = ("demonstrations", "pairs", "verifier", "ratings", "taste", "thumbs", "teacher", "environment")
 BUDGETS = ("low", "medium", "high")
 METHODS = ("sft", "dpo", "grpo", "ppo", "kto", "rloo", "distill")
 # lint's name for a kind of row -> the signal it carries
@@ -222,6 +224,11 @@ def rule_signal(s: Signal, r: Recommendation) -> None:
         name = f"the {s.verifier} verifier" if s.verifier else "a verifier"
         r.reasons.append(f"{name} checks answers automatically: GRPO samples G answers per prompt and pushes "
                          "toward the above-average ones, with no human labels")
+    elif s.kind == "environment":
+        r.method = "grpo"
+        r.reasons.append("an environment the model acts in (tools it calls, a reward or a verifier on the final "
+                         "answer): GRPO over TRL's multi-turn tool loop (rlft grpo --env FILE.py:Class, or --tools "
+                         "FILE.py), after SFT on a few tool-call demonstrations so episodes call the tools")
     elif s.kind == "thumbs":
         r.method = "kto"
         r.reasons.append(f"you have {_n(s.rows, 'thumbs up/down labels')} on single answers, not pairs: KTO learns "

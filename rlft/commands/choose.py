@@ -28,6 +28,7 @@ class SignalKind(str, Enum):
     taste = "taste"
     thumbs = "thumbs"
     teacher = "teacher"
+    environment = "environment"
 
 
 class Budget(str, Enum):
@@ -44,13 +45,14 @@ SIGNAL_HELP = {
     "taste": "human judgement of quality that fixed pairs cannot cover",
     "thumbs": "thumbs up/down (true/false) on single answers, unpaired",
     "teacher": "a stronger model with the same tokenizer that you can run",
+    "environment": "tools or an environment the model acts in, with a reward or a verifier on its answer",
 }
 
 NEEDS_TEXT = (
     "rlft choose needs to know what signal you have. Either read it from your data:\n"
     "  rlft choose --data FILE [--data FILE ...]\n"
     "or say it with flags:\n"
-    "  rlft choose --signal demonstrations|pairs|verifier|ratings|taste|thumbs|teacher --rows N "
+    "  rlft choose --signal demonstrations|pairs|verifier|ratings|taste|thumbs|teacher|environment --rows N "
     "[--sft-model/--no-sft-model] [--budget low|medium|high]\n"
     "or run `rlft choose` on a terminal to be asked."
 )
@@ -69,7 +71,8 @@ def _is_terminal() -> bool:
 def choose(
     signal: Annotated[Optional[SignalKind], typer.Option(
         "--signal", "-s", help="What you have: demonstrations, pairs, verifier, ratings, taste (human "
-        "judgement that pairs cannot cover), thumbs (true/false labels) or teacher (a stronger model). With "
+        "judgement that pairs cannot cover), thumbs (true/false labels), teacher (a stronger model) or "
+        "environment (tools the model calls: grpo --env). With "
         "--data, only `taste` (or `teacher`: the files are its prompts) may be added.")] = None,
     data: Annotated[Optional[list[str]], typer.Option(
         "--data", "-d", help="Data file(s) to read the signal from (.jsonl/.json/.csv). Repeatable.")] = None,
@@ -181,7 +184,8 @@ def _ask() -> dict:
         typer.echo(f"  {name:<15} {text}", err=True)
     kind = _ask_choice("Signal", list(SIGNAL_HELP))
     what = {"demonstrations": "demonstrations", "pairs": "pairs", "verifier": "prompts", "ratings": "rated replies",
-            "taste": "comparison pairs", "thumbs": "labelled answers", "teacher": "prompts"}[kind]
+            "taste": "comparison pairs", "thumbs": "labelled answers", "teacher": "prompts",
+            "environment": "prompts"}[kind]
     import click  # only when asking: its import is not paid by every `rlft` command
 
     rows = typer.prompt(f"How many {what} do you have?", type=click.IntRange(min=1))

@@ -244,6 +244,10 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
     if main and (line := warning(cfg, len(train_rows))):
         console.print(f"[yellow]warning[/]: {line}", highlight=False, soft_wrap=True)
     prepared = prepare(cfg, train_rows, eval_rows, console)
+    if prepared.tools is not None and watch.holdout is not None:  # a tool run's check plays whole episodes
+        watch.holdout.tools = prepared.tools
+        sec = cfg.values[cfg.method]
+        watch.holdout.max_new_tokens = sec.get("heldout_max_new_tokens") or sec["max_completion_length"]
     if main:
         out = prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, resume=resume)
     else:

@@ -90,10 +90,7 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
 
     attach(model, console)  # the pre-flight samples the way training will (LoRA on the CPU: a merged copy)
     result = None
-    if tools is not None and (sec["preflight"] or sec["filter_prompts"]):
-        console.print("[yellow]note[/]: pre-flight skipped: it samples single turns, and this run's episodes call "
-                      "tools (--no-preflight silences this)")
-    elif sec["preflight"] or sec["filter_prompts"]:
+    if sec["preflight"] or sec["filter_prompts"]:  # with tools, whole episodes (rlft.preflight._EpisodeSampler)
         import torch
 
         torch.manual_seed(cfg.train.seed)
@@ -102,7 +99,7 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
                        num_generations=sec["num_generations"], max_prompts=n,
                        max_new_tokens=sec["max_completion_length"], temperature=sec["temperature"],
                        min_mixed=sec["min_mixed_fraction"], section=section,
-                       max_prompts_cap=sec.get("preflight_max_prompts"))
+                       max_prompts_cap=sec.get("preflight_max_prompts"), tools=tools)
         console.print(f"pre-flight: {result.line()}", highlight=False)
         if result.verdict == "refuse" and sec["preflight"]:
             lo, hi = result.mixed_interval
