@@ -149,7 +149,8 @@ class Thresholds:
         watch = watch or {}
         kwargs = {f.name: watch[f.name] for f in fields(cls) if watch.get(f.name) is not None}
         kwargs["ignore"] = tuple(kwargs.get("ignore") or ())
-        unknown = [n for n in kwargs["ignore"] if n not in RULES and n != "overfitting"]  # rlft.overfit
+        held_out = ("overfitting", "no_gain")  # rlft.overfit's, raised from the held-out checks
+        unknown = [n for n in kwargs["ignore"] if n not in RULES and n not in held_out]
         if unknown:
             close = difflib.get_close_matches(unknown[0], list(RULES), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""

@@ -68,8 +68,13 @@ def test_a_run_gets_a_held_out_check_and_keeps_the_best_model(cli, sft_model, tm
     kept = summary["kept"]
     best = max(c["score"] for c in curve)
     best_step = max(c["step"] for c in curve if c["score"] == best)
-    # the best check's model, or the last one when it is within noise of the best (rlft.overfit.kept_check)
-    assert (kept["step"], kept["score"]) in ((best_step, best), (curve[-1]["step"], curve[-1]["score"])), kept
+    # the start unless a trained check clearly beat it; then the best check's model, or the last one when it
+    # is within noise of the best (rlft.overfit.kept_check)
+    assert (kept["step"], kept["score"]) in ((best_step, best), (curve[-1]["step"], curve[-1]["score"]),
+                                             (0, curve[0]["score"])), kept
+    if kept["step"] == 0:  # the start kept: an alarm says so (overfitting, as the training loss fell)
+        assert "overfitting" in summary["alarms"], summary["alarms"]
+        assert "overfitting" in (out / "alarms.jsonl").read_text()
     assert not (out / "best").exists() and not (out / "start").exists()
     assert (out / "last").is_dir() == (kept["step"] != summary["global_step"])
     rows = [json.loads(line) for line in (out / "heldout_rows.jsonl").read_text().splitlines()]
