@@ -70,7 +70,7 @@ def test_kept_check_prefers_the_later_of_equals_and_the_last_within_noise():
 
 
 def test_the_start_is_kept_unless_a_trained_check_clearly_beat_it():
-    # 0.5 -> 0.58: 4 rows of 50 gained, none lost; McNemar (4 - 1) / 2 = 1.5 < 2: not clearly better
+    # 0.5 -> 0.58: 4 rows of 50 gained, none lost; McNemar (4 - 1) / 2 = 1.5 < 1.645: not clearly better
     kept, why = kept_check(curve([0.5, 0.58, 0.56]))
     assert kept.step == 0 and "no trained check beat the start clearly" in why and "last/" in why
     # 6 rows gained (5 / sqrt 6 = 2.04): the trained model is kept, and why says it beat the start
@@ -84,7 +84,7 @@ def test_the_start_is_kept_unless_a_trained_check_clearly_beat_it():
 
 def test_beats_start_counts_only_rows_that_changed():
     start = Check(0, 0.5, [1.0] * 25 + [0.0] * 25)
-    swapped = Check(9, 0.62, [0.0] * 10 + [1.0] * 31 + [0.0] * 9)  # 16 gained, 10 lost: (6 - 1) / sqrt 26 < 2
+    swapped = Check(9, 0.62, [0.0] * 10 + [1.0] * 31 + [0.0] * 9)  # 16 gained, 10 lost: 5 / sqrt 26 = 0.98
     assert not beats_start(swapped, start)
     assert beats_start(Check(9, 0.62, [1.0] * 31 + [0.0] * 19), start)  # the same score, only gains
     # continuous outcomes (token loss): the gain against 2 paired standard errors
