@@ -165,7 +165,7 @@ def no_gain(checks: list[Check], losses: list[tuple[int, float]], alarm: bool = 
     start, best = checks[0], best_check(checks[1:])
     fell = len(losses) >= 2 and losses[-1][1] < losses[0][1]
     where = ("the run folder holds the starting model (the last one is in last/)" if keep_start
-             else "the run folder holds the last model: its start is not a usable model")
+             else "the run folder holds a trained model: its start is not a usable model")
     trained = (f"while the training loss fell {losses[0][1]:.3g} -> {losses[-1][1]:.3g}: the model learned the "
                "training rows, not the task" if fell else "and the training loss did not fall either")
     return Alarm("overfitting" if fell else "no_gain", checks[-1].step,

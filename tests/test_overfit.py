@@ -97,6 +97,6 @@ def test_no_gain_alarm_at_the_end_when_the_start_is_kept():
     assert alarm.name == "overfitting" and "not the task" in alarm.message and "starting model" in alarm.message
     assert alarm.evidence["start_score"] == 0.5 and alarm.evidence["rows"] == 50
     assert no_gain(flat, FLAT_LOSS).name == "no_gain"  # nothing learned either: not called overfitting
-    assert "last model" in no_gain(flat, FALLING_LOSS, keep_start=False).message
+    assert "holds a trained model" in no_gain(flat, FALLING_LOSS, keep_start=False).message
     assert no_gain(curve([0.5, 0.62, 0.7]), FALLING_LOSS) is None  # a clear gain: no alarm
     assert no_gain(curve([0.5]), FALLING_LOSS) is None  # no trained check: nothing to judge

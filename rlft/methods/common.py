@@ -349,9 +349,10 @@ def keep_best(trainer, out: Path, callback, console: Console, end: bool = False,
     from rlft.overfit import kept_check, summary
 
     checks = callback.watcher.checks
+    fell = "overfitting" in callback.watcher.alarm_names  # the alarm during training (a sustained fall), not the end's
     if end:
         callback.watcher.end_checks(keep_start)
-    kept, why = kept_check(checks, alarm="overfitting" in callback.watcher.alarm_names, keep_start=keep_start)
+    kept, why = kept_check(checks, alarm=fell, keep_start=keep_start)
     last_step = trainer.state.global_step
     best_dir = out / ("start" if kept is not None and kept.step == 0 else "best")
     use_best = (kept is not None and kept.step in (0, callback.best_step) and kept.step != last_step
