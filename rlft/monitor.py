@@ -292,7 +292,7 @@ class Watcher:
         if "overfitting" in self.alarm_names:
             return
         losses = [(r["step"], r["loss"]) for r in self.history if isinstance(r.get("loss"), (int, float))]
-        alarm = no_gain(self.checks, losses, keep_start=keep_start)
+        alarm = no_gain(self.checks, losses, keep_start=keep_start, patience=self.setup.overfit_checks)
         if alarm is not None and alarm.name not in self.setup.thresholds.ignore:
             self.raise_alarm(alarm, at_end=True)
 

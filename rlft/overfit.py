@@ -20,7 +20,7 @@ two independent binomials (each +-5 points) it would look like noise.
                The last model is kept beside it (`last/`) when they differ.
   no_gain      fires at the end of a run (as `overfitting` when the training loss fell, since learning the
                training rows without a held-out gain is what overfitting is; else as `no_gain`) when the start
-               was kept: no trained check clearly beat it.
+               was kept: no trained check clearly beat it (runs of `patience` checks or more, as above).
 Why the start by default: on a small held-out set a trained model that is not clearly better is as likely
 worse as better (measured on 300-pair DPO and 600-row KTO draws: held-out slice flat or slightly up while
 data/arith/test.jsonl fell 0.5-10 points, bench/draws.py); the start is the one model known not to be worse,
@@ -157,10 +157,12 @@ def kept_check(checks: list[Check], alarm: bool = False, keep_start: bool = True
 
 
 def no_gain(checks: list[Check], losses: list[tuple[int, float]], alarm: bool = False,
-            keep_start: bool = True) -> Alarm | None:
+            keep_start: bool = True, patience: int = PATIENCE) -> Alarm | None:
     """The end-of-run alarm when kept_check keeps the start (step 0; `alarm` as there): `overfitting` when the
-    training loss (`losses`: (step, loss), in order) fell over the run, else `no_gain`; None otherwise."""
-    if len(checks) < 2 or checks[0].step != 0 or kept_check(checks, alarm)[0] is not checks[0]:
+    training loss (`losses`: (step, loss), in order) fell over the run, else `no_gain`; None otherwise, and for
+    a run of fewer than `patience` trained checks (as the overfitting alarm: too short to judge; its kept start
+    and why are still in summary.json and printed)."""
+    if len(checks) < patience + 1 or checks[0].step != 0 or kept_check(checks, alarm)[0] is not checks[0]:
         return None
     start, best = checks[0], best_check(checks[1:])
     fell = len(losses) >= 2 and losses[-1][1] < losses[0][1]

@@ -99,4 +99,5 @@ def test_no_gain_alarm_at_the_end_when_the_start_is_kept():
     assert no_gain(flat, FLAT_LOSS).name == "no_gain"  # nothing learned either: not called overfitting
     assert "holds a trained model" in no_gain(flat, FALLING_LOSS, keep_start=False).message
     assert no_gain(curve([0.5, 0.62, 0.7]), FALLING_LOSS) is None  # a clear gain: no alarm
-    assert no_gain(curve([0.5]), FALLING_LOSS) is None  # no trained check: nothing to judge
+    assert no_gain(curve([0.5, 0.52, 0.5]), FALLING_LOSS) is None  # 2 trained checks: too short to judge
+    assert no_gain(curve([0.5, 0.52, 0.5]), FALLING_LOSS, patience=2).name == "overfitting"
