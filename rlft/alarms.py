@@ -149,14 +149,14 @@ class Thresholds:
         watch = watch or {}
         kwargs = {f.name: watch[f.name] for f in fields(cls) if watch.get(f.name) is not None}
         kwargs["ignore"] = tuple(kwargs.get("ignore") or ())
-        unknown = [n for n in kwargs["ignore"] if n not in RULES and n not in ("overfitting", "tool_collapse")]
+        outside = ("overfitting", "no_gain", "tool_collapse")  # raised by rlft.overfit and rlft.tool_alarms
+        unknown = [n for n in kwargs["ignore"] if n not in RULES and n not in outside]
         if unknown:
             close = difflib.get_close_matches(unknown[0], list(RULES), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise UserError(f"watch.ignore: unknown alarm '{unknown[0]}'{hint}",
-                            f"use alarm names from: {', '.join([*RULES, 'overfitting', 'tool_collapse'])}")
-        kwargs.pop("method", None)
-        return cls(**kwargs, method=method)
+                            f"use alarm names from: {', '.join([*RULES, *outside])}")
+        return cls(**{k: v for k, v in kwargs.items() if k != "method"}, method=method)
 
 
 # --------------------------------------------------------------------------- helpers

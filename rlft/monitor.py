@@ -235,12 +235,14 @@ class Watcher:
             self.raise_alarm(alarm)
         return new
 
-    def raise_alarm(self, alarm: Alarm) -> None:
+    def raise_alarm(self, alarm: Alarm, at_end: bool = False) -> None:
+        """Record and print `alarm`; with on_alarm=stop it stops the run, unless it comes `at_end` (training
+        is over: it only warns)."""
         if alarm.name in ("reward_hacking", "length_hacking") and self.recorder and self.recorder.calls:
             top = best_and_worst(self.recorder.latest(), 1)
             if top:
                 alarm.evidence["top_reward_sample"] = {"prompt": top[0]["prompt"], **top[0]["best"]}
-        stop = self.setup.on_alarm == "stop" and self.stopped_by is None
+        stop = self.setup.on_alarm == "stop" and self.stopped_by is None and not at_end
         entry = {**alarm.as_dict(), "action": "stop" if stop else "warn"}
         self.fired.append(entry)
         if stop:
@@ -285,6 +287,19 @@ class Watcher:
             if alarm is not None:
                 self.raise_alarm(alarm)
         return record
+
+    def end_checks(self, keep_start: bool = True) -> None:
+        """At the end of training: the no_gain alarm (rlft.overfit: no trained check clearly beat the start,
+        raised as `overfitting` when the training loss fell), unless an overfitting alarm already fired or
+        the alarm is ignored."""
+        from rlft.overfit import no_gain
+
+        if "overfitting" in self.alarm_names:
+            return
+        losses = [(r["step"], r["loss"]) for r in self.history if isinstance(r.get("loss"), (int, float))]
+        alarm = no_gain(self.checks, losses, keep_start=keep_start, patience=self.setup.overfit_checks)
+        if alarm is not None and alarm.name not in self.setup.thresholds.ignore:
+            self.raise_alarm(alarm, at_end=True)
 
     def samples(self, step: int, show: bool = True) -> dict[str, Any] | None:
         """Best and worst completions of the latest rollouts (GRPO) or held-out check, to samples.jsonl."""

@@ -13,6 +13,8 @@ Grid values only: Optuna's GridSampler runs every combination once; with a --ran
 Afterwards: a table of every trial (params, state, value, steps) printed and in OUT/trials.json, a plot of
 them in OUT/trials.png, and the best trial's config, resolved without the trial budget (the recipe's own length
 in steps or passes), written as OUT/best_recipe.yaml, which `rlft <method> --recipe OUT/best_recipe.yaml` runs.
+The best trial is the highest-valued one among those whose folder kept a trained model (a trained check beat the
+start clearly: rlft.overfit.kept_check); when none did, the highest-valued one, with a note saying so.
 Departures: a trial's value is its best trained held-out check, not its last (rlft keeps the best model); trials run
 one after another in this process (no parallel workers, no storage other than memory). rlft's PPO is not swept
 yet (its loop has no automatic held-out slice or pruning hook): `rlft sweep ppo` is refused.
@@ -151,7 +153,9 @@ def sweep(method: str, recipe, flags: dict, sets: list[str], space: Space, out: 
         best_trained = max(trained, key=lambda c: (c["score"], c["step"])) if trained else {}
         row = {"trial": trial.number, "params": params, "steps": summary.get("global_step"),
                "status": "pruned" if pruned else result.status, "value": best_trained.get("score"),
-               "best_step": best_trained.get("step"), "alarms": summary.get("alarms") or []}
+               "best_step": best_trained.get("step"), "alarms": summary.get("alarms") or [],
+               # the model the trial's folder kept: step 0 when no trained check clearly beat the start
+               "beat_start": bool((summary.get("kept") or {}).get("step"))}
         rows.append(row)
         console.print(f"trial {trial.number}: {params} -> {row['status']} at step {row['steps']}, held-out "
                       f"{row['value']}", highlight=False)
@@ -166,7 +170,11 @@ def sweep(method: str, recipe, flags: dict, sets: list[str], space: Space, out: 
     done = [r for r in rows if r["status"] != "pruned" and r["value"] is not None]
     if not done:
         raise UserError("every trial was pruned or failed", "widen the grid or raise --trial-steps")
-    best = max(done, key=lambda r: r["value"])
+    best = max(done, key=lambda r: (r["beat_start"], r["value"]))
+    if not best["beat_start"]:
+        console.print("[yellow]note[/]: no trial beat its start clearly on the held-out rows (each kept its starting "
+                      "model): best_recipe.yaml holds the best-scoring one, whose full run may well keep its start "
+                      "too; more training rows, or more held-out rows (--holdout FILE), would tell", highlight=False)
     full = resolve(method, recipe, flags, sets + _sets(best["params"]))
     recipe_path = write_recipe(full, out / "best_recipe.yaml", best, rows)
     (out / "trials.json").write_text(json.dumps({"trials": rows, "best": best}, indent=2, default=str))
@@ -182,6 +190,8 @@ def write_recipe(cfg, path: Path, best: dict, rows: list[dict]) -> Path:
             + ", ".join(f"{k}={v}" for k, v in best["params"].items()) + ".",
             f"# Command: rlft {cfg.method} --recipe {path} -o runs/{cfg.method}-best",
             "# Every trial (params, state, held-out value): trials.json beside this file."]
+    if not best.get("beat_start", True):
+        head.insert(1, "# No trial beat its start clearly on the held-out rows (each kept its starting model).")
     path.write_text("\n".join(head) + "\n" + yaml.safe_dump(values, sort_keys=False))
     return path
 

@@ -61,3 +61,14 @@ def test_bench_overhead_refuses_unknown_methods_before_running_anything():
     proc = subprocess.run([sys.executable, str(ROOT / "bench/bench_overhead.py"), "--methods", "ppo"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "nothing to measure" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_draws_are_seeded_pairs_of_the_shipped_kind_off_the_held_out_problems():
+    draws = bench("draws")
+    pairs = draws.draw(7, 300)
+    test = {line.split('"')[3] for line in (ROOT / "data/arith/test.jsonl").read_text().splitlines()}
+    assert len(pairs) == 300 and not {p["prompt"] for p in pairs} & test
+    for p in pairs:
+        a, b = map(int, p["prompt"][:-1].split("+"))
+        assert p["chosen"] == str(a + b) and p["rejected"] != p["chosen"]
+    assert draws.draw(7, 300) == pairs and draws.draw(11, 300) != pairs

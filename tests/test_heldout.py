@@ -68,8 +68,13 @@ def test_a_run_gets_a_held_out_check_and_keeps_the_best_model(cli, sft_model, tm
     kept = summary["kept"]
     best = max(c["score"] for c in curve)
     best_step = max(c["step"] for c in curve if c["score"] == best)
-    # the best check's model, or the last one when it is within noise of the best (rlft.overfit.kept_check)
-    assert (kept["step"], kept["score"]) in ((best_step, best), (curve[-1]["step"], curve[-1]["score"])), kept
+    # the start unless a trained check clearly beat it; then the best check's model, or the last one when it
+    # is within noise of the best (rlft.overfit.kept_check)
+    assert (kept["step"], kept["score"]) in ((best_step, best), (curve[-1]["step"], curve[-1]["score"]),
+                                             (0, curve[0]["score"])), kept
+    if kept["step"] == 0:  # the start kept: an alarm says so (overfitting, as the training loss fell)
+        assert "overfitting" in summary["alarms"], summary["alarms"]
+        assert "overfitting" in (out / "alarms.jsonl").read_text()
     assert not (out / "best").exists() and not (out / "start").exists()
     assert (out / "last").is_dir() == (kept["step"] != summary["global_step"])
     rows = [json.loads(line) for line in (out / "heldout_rows.jsonl").read_text().splitlines()]
@@ -88,3 +93,19 @@ def test_budget_warns_past_three_passes_and_auto_holdout_can_be_turned_off(cli, 
     assert "1-2 passes is 1-1 steps" in r.text or "1-2 passes is 1-" in r.text
     assert "no held-out check (watch.auto_holdout=false)" in r.text
     assert not (tmp_path / "dpo/heldout_rows.jsonl").exists()
+
+
+def test_a_run_that_does_not_beat_its_start_keeps_it_and_says_so(cli, sft_model, tmp_path):
+    thumbs = tmp_path / "thumbs.jsonl"
+    thumbs.write_text("".join(json.dumps(r) + "\n" for r in THUMBS))
+    out = tmp_path / "kto"
+    # learning rate 0: every check scores what the start scores, so nothing beat it
+    r = cli("kto", "--recipe", ROOT / "recipes/kto_tiny.yaml", "--feedback", thumbs, "--model", sft_model, "-o", out,
+            "--max-steps", "20", "--lr", "0", "--set", "watch.holdout_max_new_tokens=4")
+    assert r.code == 0, r.text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["kept"]["step"] == 0, summary["kept"]
+    fired = [json.loads(line) for line in (out / "alarms.jsonl").read_text().splitlines()]
+    assert [a["name"] for a in fired if a["name"] in ("overfitting", "no_gain")] == summary["alarms"][-1:]
+    assert "no held-out check beat the start clearly" in fired[-1]["message"] and fired[-1]["action"] == "warn"
+    assert (out / "last").is_dir() and not (out / "start").exists()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlft.overfit import Check, fall_noise, kept_check, overfitting
+from rlft.overfit import Check, beats_start, fall_noise, kept_check, no_gain, overfitting
 
 FIXTURE = Path(__file__).parent / "fixtures" / "overfit_kto_600.jsonl"
 
@@ -59,11 +59,45 @@ def test_paired_noise_is_smaller_than_two_independent_binomials():
 
 
 def test_kept_check_prefers_the_later_of_equals_and_the_last_within_noise():
-    kept, why = kept_check(curve([0.5, 0.6, 0.6]))
+    kept, why = kept_check(curve([0.3, 0.6, 0.6]))
     assert kept.step == 20 and "last step scored best" in why
-    kept, why = kept_check(curve([0.5, 0.66, 0.6]))  # 3 rows of 50 below the best: noise, without the alarm
+    kept, why = kept_check(curve([0.3, 0.66, 0.6]))  # 3 rows of 50 below the best: noise, without the alarm
     assert kept.step == 20 and "within 2 standard errors" in why
-    assert kept_check(curve([0.5, 0.66, 0.6]), alarm=True)[0].step == 10
+    assert kept_check(curve([0.3, 0.66, 0.6]), alarm=True)[0].step == 10
     kept, why = kept_check(curve([0.5, 0.8, 0.5]))
     assert kept.step == 10 and "kept in last/" in why
     assert kept_check(curve([0.5, 0.8, 0.5]), alarm=True)[0].step == 10  # clearly above the start: the best
+
+
+def test_the_start_is_kept_unless_a_trained_check_clearly_beat_it():
+    # 0.5 -> 0.58: 4 rows of 50 gained, none lost; McNemar (4 - 1) / 2 = 1.5 < 1.645: not clearly better
+    kept, why = kept_check(curve([0.5, 0.58, 0.56]))
+    assert kept.step == 0 and "no trained check beat the start clearly" in why and "last/" in why
+    # 6 rows gained (5 / sqrt 6 = 2.04): the trained model is kept, and why says it beat the start
+    kept, why = kept_check(curve([0.5, 0.62, 0.62]))
+    assert kept.step == 20 and "beat the start" in why
+    # the last is within noise of the best but not clearly above the start, the best is: the best
+    assert kept_check(curve([0.5, 0.66, 0.58]))[0].step == 10
+    # a reward model's start (an untrained score head) is no model to keep: the trained check instead
+    assert kept_check(curve([0.5, 0.58, 0.56]), keep_start=False)[0].step == 20
+
+
+def test_beats_start_counts_only_rows_that_changed():
+    start = Check(0, 0.5, [1.0] * 25 + [0.0] * 25)
+    swapped = Check(9, 0.62, [0.0] * 10 + [1.0] * 31 + [0.0] * 9)  # 16 gained, 10 lost: 5 / sqrt 26 = 0.98
+    assert not beats_start(swapped, start)
+    assert beats_start(Check(9, 0.62, [1.0] * 31 + [0.0] * 19), start)  # the same score, only gains
+    # continuous outcomes (token loss): the gain against 2 paired standard errors
+    assert beats_start(Check(9, -0.5, [-0.5] * 50), Check(0, -1.0, [-1.0 + 0.1 * (i % 2) for i in range(50)]))
+
+
+def test_no_gain_alarm_at_the_end_when_the_start_is_kept():
+    flat = curve([0.5, 0.58, 0.52, 0.5])
+    alarm = no_gain(flat, FALLING_LOSS)
+    assert alarm.name == "overfitting" and "not the task" in alarm.message and "starting model" in alarm.message
+    assert alarm.evidence["start_score"] == 0.5 and alarm.evidence["rows"] == 50
+    assert no_gain(flat, FLAT_LOSS).name == "no_gain"  # nothing learned either: not called overfitting
+    assert "holds a trained model" in no_gain(flat, FALLING_LOSS, keep_start=False).message
+    assert no_gain(curve([0.5, 0.62, 0.7]), FALLING_LOSS) is None  # a clear gain: no alarm
+    assert no_gain(curve([0.5, 0.52, 0.5]), FALLING_LOSS) is None  # 2 trained checks: too short to judge
+    assert no_gain(curve([0.5, 0.52, 0.5]), FALLING_LOSS, patience=2).name == "overfitting"

@@ -51,7 +51,11 @@ def test_sweep_writes_a_recipe_that_runs(cli, sft_model, tmp_path):
     assert len(result["trials"]) == 2 and (out / "trials.png").stat().st_size > 0
     assert {t["params"]["train.learning_rate"] for t in result["trials"]} == {1e-5, 1e-3}
     best = result["best"]
-    assert best["value"] == max(t["value"] for t in result["trials"] if t["status"] != "pruned")
+    done = [t for t in result["trials"] if t["status"] != "pruned"]
+    # the best among the trials that kept a trained model (beat their start clearly), else among all
+    assert best["value"] == max(t["value"] for t in done if t["beat_start"] == best["beat_start"])
+    assert best["beat_start"] or not any(t["beat_start"] for t in done)
+    assert best["beat_start"] or "no trial beat its start clearly" in r.text
     recipe = out / "best_recipe.yaml"
     assert recipe.read_text().startswith("# Found by rlft sweep")
     p = cli("kto", "--recipe", recipe, "--print-config")
