@@ -53,13 +53,19 @@ def test_measures_on_the_sft_model(sft_model):
     assert p1.metric == "pass_at_1" and p1.n == 40 and p1.samples
 
 
-def test_a_run_gets_a_held_out_check_and_keeps_the_best_model(cli, sft_model, tmp_path):
+def _kto(cli, sft_model, tmp_path, steps: str, lr: str):
+    """The shipped KTO recipe on THUMBS from the SFT model, with the held-out check on; returns (result, run)."""
     thumbs = tmp_path / "thumbs.jsonl"
     thumbs.write_text("".join(json.dumps(r) + "\n" for r in THUMBS))
     out = tmp_path / "kto"
     r = cli("kto", "--recipe", ROOT / "recipes/kto_tiny.yaml", "--feedback", thumbs, "--model", sft_model, "-o", out,
-            "--max-steps", "40", "--lr", "1e-3", "--set", "watch.holdout_max_new_tokens=4")
+            "--max-steps", steps, "--lr", lr, "--set", "watch.holdout_max_new_tokens=4")
     assert r.code == 0, r.text
+    return r, out
+
+
+def test_a_run_gets_a_held_out_check_and_keeps_the_best_model(cli, sft_model, tmp_path):
+    r, out = _kto(cli, sft_model, tmp_path, "40", "1e-3")
     assert "held-out check: pass_at_1 on 100 rows" in r.text
     assert "budget: 40 steps x 32 rows = 2.6 passes" not in r.text  # under 3 passes: no warning
     summary = json.loads((out / "summary.json").read_text())
@@ -96,13 +102,8 @@ def test_budget_warns_past_three_passes_and_auto_holdout_can_be_turned_off(cli, 
 
 
 def test_a_run_that_does_not_beat_its_start_keeps_it_and_says_so(cli, sft_model, tmp_path):
-    thumbs = tmp_path / "thumbs.jsonl"
-    thumbs.write_text("".join(json.dumps(r) + "\n" for r in THUMBS))
-    out = tmp_path / "kto"
     # learning rate 0: every check scores what the start scores, so nothing beat it
-    r = cli("kto", "--recipe", ROOT / "recipes/kto_tiny.yaml", "--feedback", thumbs, "--model", sft_model, "-o", out,
-            "--max-steps", "20", "--lr", "0", "--set", "watch.holdout_max_new_tokens=4")
-    assert r.code == 0, r.text
+    _, out = _kto(cli, sft_model, tmp_path, "20", "0")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["kept"]["step"] == 0, summary["kept"]
     fired = [json.loads(line) for line in (out / "alarms.jsonl").read_text().splitlines()]
