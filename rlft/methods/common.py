@@ -298,6 +298,8 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             from rlft.data import PROGRESS_ROWS
 
             rows = prepared.train_rows
+            # whether the starting model may be what the run keeps (not a reward model: its score head is new)
+            keep_start = getattr(method, "START_IS_A_MODEL", True)
             if len(rows) >= PROGRESS_ROWS:
                 console.print(f"loading the model and tokenizing {len(rows):,} rows...", highlight=False)
             trainer = method.build(cfg, out, prepared)
@@ -321,11 +323,11 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             if interrupt.signum is not None:
                 return run.end("interrupted", step, alarms=alarms, signum=interrupt.signum)
             if callback.stopped_by is not None:
-                kept = (keep_best(trainer, out, callback, console, keep_start=cfg.method != "reward")
+                kept = (keep_best(trainer, out, callback, console, keep_start=keep_start)
                         if callback.stopped_by.name == "overfitting" else {})
                 return run.end("stopped", step, alarms=alarms, stopped_by=callback.stopped_by,
                                last_log=callback.last, **kept)
-            kept = keep_best(trainer, out, callback, console, end=True, keep_start=cfg.method != "reward")
+            kept = keep_best(trainer, out, callback, console, end=True, keep_start=keep_start)
             alarms = [a["name"] for a in callback.alarms]  # keep_best may add the end-of-run no_gain alarm
             final = dict(result.metrics)
             if getattr(trainer, "eval_dataset", None) is not None:
