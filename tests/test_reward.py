@@ -66,6 +66,27 @@ def test_reward_trains_and_reports_pair_accuracy(cli, tmp_path, sft_short):
     assert len(rows) == 200 and sum(g > b for g, b in zip(good, bad)) / 200 == final["heldout_pair_accuracy"]
 
 
+def test_a_seeded_reward_run_repeats(cli, tmp_path, tiny_dir):
+    """The score head is new weights, drawn while the model loads: from train.seed, so two runs with one seed
+    score every pair alike (before, the head came from whatever state the process's RNG was in), and another
+    seed gives another model."""
+    from rlft.reward_scoring import RewardModelReward
+
+    rows = [json.loads(line) for line in (DATA / "arith/pairs_eval.jsonl").read_text().splitlines()][:16]
+
+    def scores(name: str, seed: int) -> list[float]:
+        out = tmp_path / name
+        r = cli("reward", "--pairs", DATA / "arith/pairs_train.jsonl", "--model", tiny_dir, "-o", out,
+                "--max-steps", "3", "--batch-size", "8", "--seed", str(seed), "--set", "data.max_rows=48",
+                "--set", "reward.max_length=32", "--set", "watch.auto_holdout=false")
+        assert r.code == 0, r.text
+        return RewardModelReward(str(out))([r["chosen"] for r in rows], prompts=[r["prompt"] for r in rows])
+
+    first, again, other = scores("a", 1), scores("b", 1), scores("c", 2)
+    assert first == again
+    assert max(abs(x - y) for x, y in zip(first, other)) > 1e-4
+
+
 def test_reward_rejects_rows_without_rejected(cli, tmp_path):
     bad = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "1+1=", "chosen": "2"}])
     r = cli("reward", "--pairs", bad, "-o", tmp_path / "o")

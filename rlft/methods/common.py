@@ -302,6 +302,11 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             keep_start = getattr(method, "START_IS_A_MODEL", True)
             if len(rows) >= PROGRESS_ROWS:
                 console.print(f"loading the model and tokenizing {len(rows):,} rows...", highlight=False)
+            from transformers import set_seed
+
+            # Weights the start lacks (a reward model's score head, LoRA's A matrices) are drawn while the model
+            # loads, before the trainer seeds itself: from train.seed, so a seeded run repeats.
+            set_seed(cfg.train.seed)
             trainer = method.build(cfg, out, prepared)
             if cfg.method in SAMPLING_METHODS:  # LoRA on the CPU: sample from a merged copy (rlft.sampling)
                 from rlft.sampling import attach
