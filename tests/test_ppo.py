@@ -58,6 +58,39 @@ def test_ppo_with_a_verifier_logs_saves_and_reports_heldout(cli, tmp_path, sft_s
     assert json.loads(r.out)["pass_at_1"] == pytest.approx(final["heldout_pass_at_1"])
 
 
+def test_ppo_keeps_its_start_unless_a_trained_check_beats_it(cli, tmp_path, sft_short, small_heldout):
+    """PPO keeps a model the way the TRL methods do (rlft.methods.keep, rlft.overfit.kept_check): 3 steps at a
+    learning rate that breaks the policy cannot beat the start on the held-out rows, so the run folder holds the
+    starting weights, the last model is in last/, summary.json says step 0 was kept, and the end-of-run alarm
+    says no trained check beat the start."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "ppo-keep"
+    r = cli("ppo", *short("--model", sft_short, "--eval-data", small_heldout, "-o", out, "--max-steps", "3",
+                          "--lr", "3e-3", "--set", "train.eval_steps=1"))
+    assert r.code == 0, r.text
+    summary = json.loads((out / "summary.json").read_text())
+    assert [c["step"] for c in summary["heldout"]["curve"]] == [0, 1, 2, 3]
+    assert summary["kept"]["step"] == 0, summary["kept"]
+    assert {"no_gain", "overfitting"} & set(summary["alarms"]), summary["alarms"]
+    start, kept, last = (load_file(str(p / "model.safetensors")) for p in (sft_short, out, out / "last"))
+    assert all(torch_equal(kept[k], start[k]) for k in kept), "the run folder must hold the starting weights"
+    assert not all(torch_equal(last[k], start[k]) for k in last), "last/ must hold the trained weights"
+    assert not (out / "start").exists() and not (out / "best").exists()
+    final = summary["final_metrics"]  # the last model's, as for the TRL methods
+    r = cli("eval", "--model", out, "--data", small_heldout, "--verifier", "math", "--max-new-tokens", "8", "--json")
+    assert json.loads(r.out)["pass_at_1"] == pytest.approx(final["heldout_pass_at_1_before"])
+    r = cli("eval", "--model", out / "last", "--data", small_heldout, "--verifier", "math", "--max-new-tokens", "8",
+            "--json")
+    assert json.loads(r.out)["pass_at_1"] == pytest.approx(final["heldout_pass_at_1"])
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
 def test_interrupt_then_resume_continues_where_it_stopped(cli, tmp_path, sft_short, monkeypatch):
     import rlft.run
 

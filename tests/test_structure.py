@@ -15,7 +15,8 @@ from helpers import FIXTURES
 ROOT = Path(__file__).resolve().parents[1] / "rlft"
 MAX_LINES = 500
 METHOD_PARTS = {"ppo_setup": "ppo", "ppo_rollout": "ppo", "ppo_math": "ppo"}  # one method in several modules
-SHARED_METHOD_MODULES = {"rlft.methods", "rlft.methods.common", "rlft.methods.callback", "rlft.methods.group_rl",
+SHARED_METHOD_MODULES = {"rlft.methods", "rlft.methods.common", "rlft.methods.callback", "rlft.methods.keep",
+                         "rlft.methods.group_rl",
                          "rlft.methods.prompt_sampler"}
 
 
@@ -246,7 +247,7 @@ def test_package_layout():
     flat = {p.stem for p in ROOT.glob("*.py")} - {"__init__", "__main__"}
     strays = sorted(m for m in flat for pkg in packages if m == pkg or m.startswith(pkg.removesuffix("s") + "_"))
     assert not strays, f"modules named after a package belong in it: {strays}"
-    shared = {"group_rl", "callback", "common"}  # methods/ modules that are not a method of their own
+    shared = {"group_rl", "callback", "common", "keep"}  # methods/ modules that are not a method of their own
     assert shared <= {p.stem for p in (ROOT / "methods").glob("*.py")}
     assert {f"rlft.methods.{m}" for m in shared} <= SHARED_METHOD_MODULES
 

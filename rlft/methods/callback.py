@@ -2,7 +2,7 @@
 
 It feeds the trainer's logs to rlft.monitor.Watcher (metrics.jsonl, alarms, samples), drives the progress line,
 runs the held-out check (rlft.watch, rlft.heldout) at the start, every holdout_every steps (default: a tenth of the
-run) and at the last step, saves the model of the best check so far to out/best (watch.keep_best), asks
+run) and at the last step, saves the start and the best check's model so far (rlft.methods.keep), asks
 the trainer to save a checkpoint and stop when an alarm fires under `watch.on_alarm: stop`, and turns a
 SIGINT/SIGTERM caught by `rlft.run.Interrupt` into "save a checkpoint, then stop". Only method modules import
 this one, and they are imported inside the commands, so transformers is not loaded before a run starts.
@@ -19,6 +19,7 @@ from rich.progress import Progress
 from transformers import TrainerCallback
 
 from rlft.alarms import Alarm
+from rlft.methods.keep import KeptModels
 from rlft.monitor import ProgressLine, RolloutRecorder, Watcher, alarm_state, clean_logs, progress_bar
 from rlft.run import Interrupt
 from rlft.watch import WatchSetup
@@ -41,7 +42,9 @@ class RunCallback(TrainerCallback):
         self.max_steps = 0
         self.out = Path(out)
         self.trainer = None
-        self.best_step: int | None = None  # the step whose model is saved in out/best (watch.keep_best)
+        # out/start and out/best as the checks arrive (watch.keep_best); the trainer saves them once attached
+        self.kept = KeptModels(out, self.watcher, lambda path: self.trainer.save_model(path), self.setup.keep_best,
+                               main=self.watcher.main)
 
     @property
     def stopped_by(self) -> Alarm | None:
@@ -120,24 +123,10 @@ class RunCallback(TrainerCallback):
         if any(r.get("step") == state.global_step and "heldout/score" in r for r in self.watcher.history):
             return
         record = self.watcher.heldout(model, tok, state.global_step, state.epoch or 0.0)
-        self._save_if_best()
+        if self.trainer is not None:
+            self.kept.after_check()
         self._stop_if_asked(control)
         self._refresh(record)
-
-    def _save_if_best(self) -> None:
-        """Save the model to out/start at the step-0 check, and to out/best when a later check is the best so
-        far (ties: the later one): the candidates rlft.overfit.kept_check chooses from."""
-        from rlft.overfit import best_check
-
-        if not self.setup.keep_best or self.trainer is None or not self.watcher.checks:
-            return
-        latest = self.watcher.checks[-1]
-        if latest.step == 0:
-            self.trainer.save_model(str(self.out / "start"))
-            return
-        if best_check(self.watcher.checks) is latest and latest.step != self.best_step:
-            self.trainer.save_model(str(self.out / "best"))
-            self.best_step = latest.step
 
     def _samples(self, state) -> None:
         if self.watcher.last_samples_step == state.global_step:

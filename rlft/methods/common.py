@@ -328,12 +328,12 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             if interrupt.signum is not None:
                 return run.end("interrupted", step, alarms=alarms, signum=interrupt.signum)
             if callback.stopped_by is not None:
-                kept = (keep_best(trainer, out, callback, console, keep_start=keep_start)
+                kept = (callback.kept.finish(step, console, keep_start=keep_start)
                         if callback.stopped_by.name == "overfitting" else {})
                 return run.end("stopped", step, alarms=alarms, stopped_by=callback.stopped_by,
                                last_log=callback.last, **kept)
-            kept = keep_best(trainer, out, callback, console, end=True, keep_start=keep_start)
-            alarms = [a["name"] for a in callback.alarms]  # keep_best may add the end-of-run no_gain alarm
+            kept = callback.kept.finish(step, console, end=True, keep_start=keep_start)
+            alarms = [a["name"] for a in callback.alarms]  # finish may add the end-of-run no_gain alarm
             final = dict(result.metrics)
             if getattr(trainer, "eval_dataset", None) is not None:
                 evals = [h for h in trainer.state.log_history if "eval_loss" in h]
@@ -347,48 +347,6 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
         finally:
             if callback is not None:
                 callback.close()
-
-
-def keep_best(trainer, out: Path, callback, console: Console, end: bool = False,
-              keep_start: bool = True) -> dict[str, Any]:
-    """Save the final model into the run folder: the kept held-out check's (rlft.overfit.kept_check: the start,
-    out/start, unless a trained check clearly beat it; else the best, out/best, or the last) with the last one
-    beside it in out/last, or the last one when it is kept or watch.keep_best is off. `end`: the run completed,
-    so the end-of-run no_gain alarm is checked first; `keep_start`: the start is a usable model (not for a reward
-    model: its score head is untrained). Returns summary.json's `heldout` (metric, curve) and `kept`
-    (step, why). `final_metrics` stay the last model's (in last/ when the kept one differs)."""
-    import shutil
-
-    from rlft.overfit import kept_check, summary
-
-    checks = callback.watcher.checks
-    fell = "overfitting" in callback.watcher.alarm_names  # the alarm during training (a sustained fall), not the end's
-    if end:
-        callback.watcher.end_checks(keep_start)
-    kept, why = kept_check(checks, alarm=fell, keep_start=keep_start)
-    last_step = trainer.state.global_step
-    best_dir = out / ("start" if kept is not None and kept.step == 0 else "best")
-    use_best = (kept is not None and kept.step in (0, callback.best_step) and kept.step != last_step
-                and best_dir.is_dir() and callback.setup.keep_best)
-    if use_best:
-        trainer.save_model(str(out / "last"))  # every process calls save_model (it saves on the main one)
-        if is_main_process():
-            for f in best_dir.iterdir():
-                if f.is_file():
-                    shutil.copy2(f, out / f.name)
-            console.print(f"[bold]kept[/] the model of step {kept.step}: {why}", highlight=False)
-    else:
-        trainer.save_model(str(out))
-        if kept is not None and kept.step != last_step:
-            why = ("the last model (watch.keep_best=false)" if not callback.setup.keep_best
-                   else "the last model (the best check's model was not saved)")
-            kept = checks[-1]
-    if is_main_process():
-        shutil.rmtree(out / "best", ignore_errors=True)
-        shutil.rmtree(out / "start", ignore_errors=True)
-    if not checks:
-        return {}
-    return {"heldout": summary(checks), "kept": {"step": kept.step, "score": round(kept.score, 4), "why": why}}
 
 
 def load_run_tokenizer(cfg: RunConfig):

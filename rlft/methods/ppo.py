@@ -223,6 +223,15 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
     if ckpt is not None and main:  # a crash after the checkpoint logged steps that will run again
         _truncate_metrics(out / "metrics.jsonl", step)
     watcher = Watcher(out, console, watch)  # writes on the main process only
+    from rlft.methods.keep import KeptModels
+
+    def save(path: str) -> None:
+        if main:
+            inner.policy.save_pretrained(path)
+            tok.save_pretrained(path)
+
+    # the start and the best held-out check's model, and at the end the one the run folder keeps (as TRL runs do)
+    kept = KeptModels(out, watcher, save, watch.keep_best, main=main)
     recorder = RolloutRecorder()
     reward_call = recorder.wrap(reward_fn, 0, 1.0)
     watcher.recorder = recorder
@@ -258,6 +267,7 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
             task = progress.add_task("ppo", total=total, completed=step, stats=alarm_state(watcher.alarm_names))
         if watch.holdout is not None and main and step == 0:
             refresh(watcher.heldout(inner.policy, tok, 0, 0.0))
+            kept.after_check()
         with interrupt.installed():
             while step < total:
                 rows = [train_rows[i].data for i in order.indices(step)]
@@ -280,8 +290,9 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                     _track(accelerator, rec, step)
                     refresh(rec)
                 h = watch.holdout
-                if h is not None and main and (step % h.every == 0 or step == total):
+                if h is not None and main and (step % h.every_for(total) == 0 or step == total):
                     refresh(watcher.heldout(inner.policy, tok, step, order.epoch(step)))
+                    kept.after_check()
                 if progress is not None:
                     progress.update(task, completed=step)
                 stop = _any_process(accelerator, interrupt.signum is not None or watcher.stopped_by is not None)
@@ -304,13 +315,15 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
             return run_.end("interrupted", step, alarms=alarms, signum=interrupt.signum or signal.SIGTERM,
                             last_log=last_log)
         if status == "stopped":
-            return run_.end("stopped", step, alarms=alarms, stopped_by=watcher.stopped_by, last_log=last_log)
+            fields = kept.finish(step, console) if watcher.stopped_by.name == "overfitting" else {}
+            return run_.end("stopped", step, alarms=alarms, stopped_by=watcher.stopped_by, last_log=last_log,
+                            **fields)
         accelerator.wait_for_everyone()
         rate = (episodes - start_episodes) / max(train_seconds, 1e-9)
         final: dict[str, Any] = {"episodes": episodes, "episodes_per_second": round(rate, 3)}
+        fields = kept.finish(step, console, end=True)  # the kept model into the run folder, the last in last/
+        alarms = [a["name"] for a in watcher.fired]  # with the end-of-run no_gain alarm, if it fired
         if main:
-            inner.policy.save_pretrained(str(out))
-            tok.save_pretrained(str(out))
             watcher.samples(step)
             if heldout_rows:
                 after = heldout(inner.policy, tok, heldout_rows, scorer, reward_fn, budget, bool(cfg.ppo.reward_model))
@@ -322,7 +335,7 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
             if k in last_log:
                 final[f"train_{k}"] = last_log[k]
         return run_.end("completed", step, alarms=alarms, final=final, train_seconds=train_seconds,
-                        last_log=last_log, steps_this_run=step - start_step)
+                        last_log=last_log, steps_this_run=step - start_step, **fields)
     finally:
         watcher.close()
         accelerator.end_training()
