@@ -43,6 +43,11 @@ Where it departs from TRL's old PPOTrainer (trl <= 1.12, trl.experimental.ppo):
   - held-out accuracy under a verifier is measured before and after (and every train.eval_steps), so reward
     hacking (reward-model score up, accuracy down) is visible in summary.json and raises the alarm.
 
+Which model the run folder keeps is decided as for the TRL methods (rlft.methods.keep, rlft.overfit.kept_check):
+the start unless a trained held-out check beats it clearly (one-sided 5%; McNemar on pass@1), else the best or
+the last check's model, with the last one in last/; summary.json's `kept` says which step and why, and the
+end-of-run no_gain alarm fires when the start was kept. `final_metrics` stay the last model's.
+
 Checkpoints (checkpoint-N/) hold policy, value model, optimizer, scheduler and RNG states (accelerate's
 save_state) plus trainer_state.json; `--resume` continues at the same step with the same data order.
 Under `accelerate launch` each process samples its own slice of the prompts and gradients are averaged (DDP);
