@@ -264,9 +264,10 @@ class Watcher:
 
     def heldout(self, model, tok, step: int, epoch: float = 0.0) -> dict[str, Any]:
         """The held-out check (rlft.heldout: the method's metric, its noise) logged as heldout/* records; the
-        overfitting rule (rlft.overfit) runs on the checks so far and the training losses."""
+        overfitting rule (rlft.overfit) runs on the checks so far and the training objective (the logged loss,
+        or PPO's mean reward: rlft.overfit.training_objective)."""
         from rlft.heldout import measure
-        from rlft.overfit import Check, overfitting
+        from rlft.overfit import Check, overfitting, training_objective
 
         h = self.setup.holdout
         m = measure(h.kind, model, tok, h.rows, scorer=h.scorer, max_new_tokens=h.max_new_tokens,
@@ -282,22 +283,21 @@ class Watcher:
         if self.setup.on_check is not None and self.setup.on_check(step, m.value):
             self.prune = True
         if "overfitting" not in self.alarm_names and "overfitting" not in self.setup.thresholds.ignore:
-            losses = [(r["step"], r["loss"]) for r in self.history if isinstance(r.get("loss"), (int, float))]
-            alarm = overfitting(self.checks, losses, self.setup.overfit_checks)
+            alarm = overfitting(self.checks, training_objective(self.history), self.setup.overfit_checks)
             if alarm is not None:
                 self.raise_alarm(alarm)
         return record
 
     def end_checks(self, keep_start: bool = True) -> None:
         """At the end of training: the no_gain alarm (rlft.overfit: no trained check clearly beat the start,
-        raised as `overfitting` when the training loss fell), unless an overfitting alarm already fired or
+        raised as `overfitting` when the training objective improved), unless an overfitting alarm already fired or
         the alarm is ignored."""
-        from rlft.overfit import no_gain
+        from rlft.overfit import no_gain, training_objective
 
         if "overfitting" in self.alarm_names:
             return
-        losses = [(r["step"], r["loss"]) for r in self.history if isinstance(r.get("loss"), (int, float))]
-        alarm = no_gain(self.checks, losses, keep_start=keep_start, patience=self.setup.overfit_checks)
+        alarm = no_gain(self.checks, training_objective(self.history), keep_start=keep_start,
+                        patience=self.setup.overfit_checks)
         if alarm is not None and alarm.name not in self.setup.thresholds.ignore:
             self.raise_alarm(alarm, at_end=True)
 

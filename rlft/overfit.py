@@ -8,9 +8,10 @@ two independent binomials (each +-5 points) it would look like noise.
 
   overfitting  fires when the last `patience` checks (default 3) are each below the best one by more than
                `z` (1.0) paired standard errors of their fall, while the training objective improves (the
-               latest logged loss is below the first one logged after the best check). Evidence: the
-               scores, the steps and the losses; fix: fewer passes, a lower learning rate, or a larger beta
-               (DPO/KTO: a stronger pull to the reference).
+               latest logged value is better than the first one logged after the best check: a lower loss,
+               or for rlft's PPO, which logs no loss, a higher mean reward; see `Objective`). Evidence: the
+               scores, the steps and the objective; fix: fewer passes, a lower learning rate, or a larger
+               beta (DPO/KTO: a stronger pull to the reference; PPO: a larger kl_coef).
   kept_check   the check whose model the run folder keeps. The start (step 0) unless a trained check beat it
                clearly (`beats_start`: on 0/1 outcomes McNemar's test with continuity correction, b rows
                gained and c lost, (b - c - 1) / sqrt(b + c) > 1.645, one-sided p < 0.05; on other outcomes a
@@ -18,8 +19,8 @@ two independent binomials (each +-5 points) it would look like noise.
                is within 2 paired standard errors of the best and the overfitting alarm did not fire (picking
                the maximum of noisy checks would trade training for noise), else the best (ties: the later).
                The last model is kept beside it (`last/`) when they differ.
-  no_gain      fires at the end of a run (as `overfitting` when the training loss fell, since learning the
-               training rows without a held-out gain is what overfitting is; else as `no_gain`) when the start
+  no_gain      fires at the end of a run (as `overfitting` when the training objective improved, since learning
+               the training rows without a held-out gain is what overfitting is; else as `no_gain`) when the start
                was kept: no trained check clearly beat it (runs of `patience` checks or more, as above).
 Why the start by default: on a small held-out set a trained model that is not clearly better is as likely
 worse as better (measured on 300-pair DPO and 600-row KTO draws: held-out slice flat or slightly up while
@@ -32,8 +33,9 @@ included.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from rlft.alarms import Alarm
 
@@ -58,6 +60,55 @@ class Check:
     stderr: float = 0.0
 
 
+@dataclass
+class Objective:
+    """The training objective as logged: (step, value) points in order, and which way is better. The TRL
+    methods log a `loss` (lower is better); rlft's PPO logs none, so its signal is the mean `reward` of its
+    rollouts (higher is better)."""
+
+    name: str
+    points: list[tuple[int, float]]
+    higher_is_better: bool = False
+
+    def improved(self, first: float, last: float) -> bool:
+        """Whether `last` is better than `first` in this objective's direction."""
+        return last > first if self.higher_is_better else last < first
+
+    def change(self, first: float, last: float) -> str:
+        """'the training loss fell 0.7 -> 0.5' (or 'rose', or the reward's), for the alarms' messages."""
+        verb = "rose" if last > first else "fell" if last < first else "stayed at"
+        return f"the training {self.name} {verb} {first:.3g} -> {last:.3g}"
+
+    @property
+    def learned(self) -> str:
+        """What an improving objective without a held-out gain means."""
+        return ("the policy learned to raise its reward, not the task" if self.higher_is_better
+                else "the model learned the training rows, not the task")
+
+
+def training_objective(history: Sequence[dict]) -> Objective:
+    """The objective of a run's logged records (metrics.jsonl rows): its `loss` where any record has one,
+    else its mean rollout `reward` (rlft's PPO), higher being better; the held-out records are skipped."""
+    def points(key: str) -> list[tuple[int, float]]:
+        return [(r["step"], float(r[key])) for r in history
+                if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)
+                and math.isfinite(r[key])]
+
+    losses = points("loss")
+    if losses:
+        return Objective("loss", losses)
+    rewards = points("reward")
+    return Objective("mean reward", rewards, higher_is_better=True) if rewards else Objective("loss", [])
+
+
+Signal = Union[Objective, Sequence[tuple[int, float]]]
+
+
+def _objective(signal: Signal) -> Objective:
+    """An Objective as given, or (step, loss) points read as a loss."""
+    return signal if isinstance(signal, Objective) else Objective("loss", list(signal))
+
+
 def fall_noise(best: Check, now: Check) -> float:
     """The paired standard error of best.score - now.score (their own stderrs combined if rows differ)."""
     a, b = best.per_row, now.per_row
@@ -78,10 +129,11 @@ def best_check(checks: list[Check]) -> Check | None:
     return best
 
 
-def overfitting(checks: list[Check], losses: list[tuple[int, float]], patience: int = PATIENCE,
-                z: float = Z) -> Alarm | None:
+def overfitting(checks: list[Check], losses: Signal, patience: int = PATIENCE, z: float = Z) -> Alarm | None:
     """The alarm when the held-out score fell below its best by more than its noise for `patience` checks
-    in a row while the training loss (`losses`: (step, loss), in order) went down; else None."""
+    in a row while the training objective improved (`losses`: an Objective, or (step, loss) points in
+    order); else None."""
+    objective = _objective(losses)
     if len(checks) < patience + 1:
         return None
     best = best_check(checks)
@@ -91,20 +143,26 @@ def overfitting(checks: list[Check], losses: list[tuple[int, float]], patience: 
     falls = [(best.score - c.score, fall_noise(best, c)) for c in tail]
     if not all(f > z * noise and f > 0 for f, noise in falls):
         return None
-    after = [loss for step, loss in losses if step > best.step]
-    if len(after) < 2 or not after[-1] < after[0]:
+    after = [value for step, value in objective.points if step > best.step]
+    if len(after) < 2 or not objective.improved(after[0], after[-1]):
         return None
     now = tail[-1]
     return Alarm("overfitting", now.step,
                  f"held-out {best.metric} fell from {best.score:.3f} (step {best.step}) to {now.score:.3f} over the "
-                 f"last {patience} checks, each by more than its noise, while the training loss fell "
-                 f"{after[0]:.3g} -> {after[-1]:.3g}: the model is learning the training rows, not the task",
+                 f"last {patience} checks, each by more than its noise, while {objective.change(after[0], after[-1])}: "
+                 f"{objective.learned.replace('learned', 'is learning')}",
                  {"best_step": best.step, "best_score": round(best.score, 4),
                   "scores": {c.step: round(c.score, 4) for c in tail},
-                  "fall_noise": [round(n, 4) for _, n in falls], "loss": [round(after[0], 4), round(after[-1], 4)]},
+                  "fall_noise": [round(n, 4) for _, n in falls],
+                  _key(objective): [round(after[0], 4), round(after[-1], 4)]},
                  "fewer passes over the data (--max-steps or --epochs: the best held-out check was at step "
-                 f"{best.step}), a lower learning rate, or a larger beta (DPO/KTO); the run folder keeps the best "
-                 "held-out model")
+                 f"{best.step}), a lower learning rate, or a larger beta (DPO/KTO) or kl_coef (PPO); the run folder "
+                 "keeps the best held-out model")
+
+
+def _key(objective: Objective) -> str:
+    """The evidence key of the objective's first and last values: `loss`, or `reward` (PPO)."""
+    return "reward" if objective.higher_is_better else "loss"
 
 
 def beats_start(now: Check, start: Check, z: float = START_Z) -> bool:
@@ -156,28 +214,33 @@ def kept_check(checks: list[Check], alarm: bool = False, keep_start: bool = True
                    f"step {last.step} ({last.score:.3f}) is in last/")
 
 
-def no_gain(checks: list[Check], losses: list[tuple[int, float]], alarm: bool = False,
-            keep_start: bool = True, patience: int = PATIENCE) -> Alarm | None:
+def no_gain(checks: list[Check], losses: Signal, alarm: bool = False, keep_start: bool = True,
+            patience: int = PATIENCE) -> Alarm | None:
     """The end-of-run alarm when kept_check keeps the start (step 0; `alarm` as there): `overfitting` when the
-    training loss (`losses`: (step, loss), in order) fell over the run, else `no_gain`; None otherwise, and for
-    a run of fewer than `patience` trained checks (as the overfitting alarm: too short to judge; its kept start
-    and why are still in summary.json and printed)."""
+    training objective (`losses`: an Objective, or (step, loss) points in order) improved over the run, else
+    `no_gain`; None otherwise, and for a run of fewer than `patience` trained checks (as the overfitting alarm:
+    too short to judge; its kept start and why are still in summary.json and printed)."""
+    objective = _objective(losses)
+    points = objective.points
     if len(checks) < patience + 1 or checks[0].step != 0 or kept_check(checks, alarm)[0] is not checks[0]:
         return None
     start, best = checks[0], best_check(checks[1:])
-    fell = len(losses) >= 2 and losses[-1][1] < losses[0][1]
+    first, last = (points[0][1], points[-1][1]) if points else (math.nan, math.nan)
+    fell = len(points) >= 2 and objective.improved(first, last)
     where = ("the run folder holds the starting model (the last one is in last/)" if keep_start
              else "the run folder holds a trained model: its start is not a usable model")
-    trained = (f"while the training loss fell {losses[0][1]:.3g} -> {losses[-1][1]:.3g}: the model learned the "
-               "training rows, not the task" if fell else "and the training loss did not fall either")
+    trained = (f"while {objective.change(first, last)}: {objective.learned}" if fell else
+               f"and the training {objective.name} did not {'rise' if objective.higher_is_better else 'fall'} "
+               f"either" + (f" ({first:.3g} -> {last:.3g})" if len(points) >= 2 else ""))
     return Alarm("overfitting" if fell else "no_gain", checks[-1].step,
                  f"no held-out check beat the start clearly: {start.metric} {start.score:.3f} at step 0, best "
                  f"{best.score:.3f} (step {best.step}), last {checks[-1].score:.3f} on {len(start.per_row)} rows, "
                  f"{trained}; {where}",
                  {"start_score": round(start.score, 4), "best_step": best.step, "best_score": round(best.score, 4),
                   "scores": {c.step: round(c.score, 4) for c in checks}, "rows": len(start.per_row),
-                  "loss": [round(losses[0][1], 4), round(losses[-1][1], 4)] if losses else []},
-                 "fewer passes or a lower learning rate (or a larger beta, DPO/KTO) if the held-out score fell; more "
+                  _key(objective): [round(first, 4), round(last, 4)] if points else []},
+                 "fewer passes or a lower learning rate (or a larger beta, DPO/KTO, or kl_coef, PPO) if the held-out "
+                 "score fell; more "
                  "(or more varied) training rows, or more held-out rows (--holdout FILE) to measure a small gain")
 
 

@@ -6,9 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlft.overfit import Check, beats_start, fall_noise, kept_check, no_gain, overfitting
+from rlft.overfit import (Check, Objective, beats_start, fall_noise, kept_check, no_gain, overfitting,
+                          training_objective)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "overfit_kto_600.jsonl"
+# recorded: make demo's PPO stage before recipes/ppo_tiny.yaml was retuned (lr 1e-4, kl_coef 0.05, 150 steps)
+# against a reward model of held-out pair accuracy 0.68: the mean rollout reward rose 0.91 -> 3.09 while held-out
+# pass@1 fell 0.535 -> 0.045 (200 rows, checks every 50 steps); PPO logs no `loss`
+PPO_FIXTURE = Path(__file__).parent / "fixtures" / "ppo_rm_demo.jsonl"
 
 
 def curve(scores, n=50, start_right=None):
@@ -101,3 +106,30 @@ def test_no_gain_alarm_at_the_end_when_the_start_is_kept():
     assert no_gain(curve([0.5, 0.62, 0.7]), FALLING_LOSS) is None  # a clear gain: no alarm
     assert no_gain(curve([0.5, 0.52, 0.5]), FALLING_LOSS) is None  # 2 trained checks: too short to judge
     assert no_gain(curve([0.5, 0.52, 0.5]), FALLING_LOSS, patience=2).name == "overfitting"
+
+
+def test_ppo_reads_its_rising_reward_as_the_training_objective():
+    rows = [json.loads(line) for line in PPO_FIXTURE.read_text().splitlines()]
+    checks = [Check(r["step"], r["score"], r["per_row"], "pass_at_1", r["stderr"]) for r in rows if "score" in r]
+    objective = training_objective(rows)  # the held-out rows carry no reward: skipped
+    assert objective.higher_is_better and objective.name == "mean reward" and len(objective.points) == 15
+    alarm = overfitting(checks, objective)
+    assert alarm is not None and alarm.step == 150 and alarm.evidence["best_step"] == 0
+    assert "mean reward rose 0.906 -> 3.09" in alarm.message and "kl_coef" in alarm.fix
+    assert alarm.evidence["reward"] == [0.9055, 3.0943]
+    # as the run logged it before: no `loss`, so neither alarm could see the objective improve
+    assert overfitting(checks, []) is None
+    end = no_gain(checks, objective)
+    assert end.name == "overfitting" and "rose 0.906 -> 3.09" in end.message and "not the task" in end.message
+    # the same held-out fall while the reward fell: nothing learned, and said in the reward's direction
+    falling = Objective("mean reward", [(s, -v) for s, v in objective.points], higher_is_better=True)
+    assert overfitting(checks, falling) is None
+    flat = no_gain(checks, falling)
+    assert flat.name == "no_gain" and "mean reward did not rise either" in flat.message and "loss" not in flat.message
+
+
+def test_training_objective_is_the_loss_when_one_is_logged():
+    rows = [{"step": 5, "loss": 0.7, "reward": 0.1}, {"step": 10, "loss": 0.5, "reward": 0.0}]
+    objective = training_objective(rows)
+    assert objective == Objective("loss", [(5, 0.7), (10, 0.5)]) and objective.improved(0.7, 0.5)
+    assert training_objective([{"step": 0, "heldout/score": 0.5}]).points == []
