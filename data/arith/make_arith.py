@@ -12,6 +12,11 @@ never trained on by any stage, the other 7,900 feed the training sets:
                            the right sum, rejected = a typical slip (carry dropped, off by one or ten)
   thumbs_train.jsonl 4000  thumbs up/down {prompt, completion, label} for KTO, derived from pairs_train:
                            each pair gives its chosen answer labelled true and its rejected one labelled false
+  pairs_rm.jsonl    15800  the reward model's pairs (recipes/reward_tiny.yaml): two per problem of the 7,900,
+                           one rejected a typical slip, the other a malformed answer (a digit added, dropped
+                           or repeated, or another number of any length): what a policy drifts to under PPO
+                           when the reward model never saw such answers rejected (drawn after the files above,
+                           from its own seeded generator, so they are unchanged)
 """
 
 from __future__ import annotations
@@ -29,6 +34,15 @@ def wrong_sum(a: int, b: int, rng: random.Random) -> int:
     slips = [right + 1, right - 1, right + 10, right - 10, (a % 10 + b % 10) % 10 + 10 * (a // 10 + b // 10)]
     slips = [s for s in slips if s != right and s >= 0]
     return rng.choice(slips)
+
+
+def malformed_sum(a: int, b: int, rng: random.Random) -> str:
+    """A wrong answer of another shape than a slip: the sum with a digit added, dropped or repeated, or a
+    random number of 1-5 digits."""
+    right = str(a + b)
+    kinds = [right + str(rng.randrange(10)), str(rng.randrange(1, 10)) + right, right[:-1], right[1:],
+             right + right[-1], str(rng.randrange(10 ** rng.randrange(1, 6)))]
+    return next(w for w in (rng.choice(kinds) for _ in range(100)) if w and w != right)
 
 
 def main() -> None:
@@ -57,6 +71,12 @@ def main() -> None:
         if name == "pairs_train":
             with open(out / "thumbs_train.jsonl", "w") as f:
                 f.writelines(json.dumps(t) + "\n" for t in thumbs_from_pairs(rows))
+    rm_rng = random.Random(SEED + 1)
+    rm_rows = [{"prompt": f"{a}+{b}=", "chosen": str(a + b), "rejected": str(wrong)}
+               for a, b in rest for wrong in (wrong_sum(a, b, rm_rng), malformed_sum(a, b, rm_rng))]
+    rm_rng.shuffle(rm_rows)
+    with open(out / "pairs_rm.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rm_rows)
 
 
 def thumbs_from_pairs(pairs: list[dict]) -> list[dict]:
