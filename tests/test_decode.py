@@ -152,6 +152,20 @@ def test_lora_over_a_bf16_base_computes_in_bf16_with_fp32_weights(tiny_dir):
     assert 0 < rel < 0.05, rel
 
 
+def test_a_bf16_base_keeps_fp32_activations_between_bf16_matmuls(tiny_dir):
+    """rlft.models.fp32_activations: over a bf16 base the residual stream is fp32, the base weights stay bf16,
+    and the adapter's gradients stay within bf16 rounding of fp32's (the tiny model is too shallow to show
+    the gain over bf16 activations: test_real_model.py measures it on SmolLM2)."""
+    from tests.helpers import precision_gap
+
+    gap = precision_gap(tiny_dir, torch.randint(4, 60, (8, 24), generator=torch.Generator().manual_seed(0)))
+    assert gap["hidden"] == {"fp32": torch.float32, "bf16 activations": torch.bfloat16,
+                             "fp32 activations": torch.float32}
+    assert gap["weights"] == {"fp32": torch.float32, "bf16 activations": torch.bfloat16,
+                              "fp32 activations": torch.bfloat16}
+    assert gap["grad"]["fp32 activations"] < 0.02 and gap["loss"]["fp32 activations"] < 1e-3, gap
+
+
 def test_trls_fused_head_scores_the_same_when_it_projects_labelled_positions_only(tiny_dir, monkeypatch):
     """rlft.trl_cpu: on the CPU TRL's compact path (labelled positions only) gives the full path's log-probs and
     gradients, and rlft switches it on."""

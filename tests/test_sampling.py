@@ -20,7 +20,7 @@ def test_bf16_units_are_read_from_the_cpu_flags():
 
 @pytest.mark.parametrize("kw, weights, autocast, says", [
     # LoRA on a bf16 CPU: bf16 base, fp32 adapter, no autocast
-    (dict(flag="avx512_bf16", lora=True, bf16=None), "bfloat16", False, "bf16 base weights"),
+    (dict(flag="avx512_bf16", lora=True, bf16=None), "bfloat16", False, "bf16 base weights and matmuls"),
     (dict(flag="amx_bf16", lora=True, bf16=False), "float32", False, "train.bf16=false"),
     (dict(flag=None, lora=True, bf16=None), "float32", False, "no bf16 units"),
     (dict(flag=None, lora=True, bf16=True), "bfloat16", False, "train.bf16=true"),
