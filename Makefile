@@ -112,19 +112,21 @@ pipeline-grpo: install
 	$(PIPE) grpo --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --prompts $(PROMPTS) \
 		--heldout $(HELDOUT) --out $(OUT) $(PIPE_OPTS)
 
-# Tools: SFT on tool-call demonstrations, then GRPO with the calculator environment (data/tools/); held-out task
-# success is measured by whole episodes (tools called) after GRPO (summary.json: heldout_task_success).
+# Tools: SFT on demonstrations of mixed provenance (a third call the tool, the rest answer directly: data/README.md),
+# then GRPO with the calculator environment (data/tools/); held-out task success is measured by whole episodes
+# (tools called, `rlft eval --env` on data/tools/test.jsonl) before and after GRPO.
 # SFT keeps its last model (watch.auto_holdout=false): its held-out token loss counts the products the model cannot
-# know and picks a step-8 model that never copies; task success is what matters, measured by `rlft eval --env`
-# on data/tools/test.jsonl before GRPO and by GRPO's own held-out episodes after.
+# know and picks an early model that never copies; task success is what matters.
 TOOLS_ENV = data/tools/calculator.py:Calculator
 pipeline-tools: install
-	$(BIN)/rlft sft -d data/tools/sft_train.jsonl -o $(OUT)/tools-sft --max-steps 300 --batch-size 32 --lr 3e-3 \
+	$(BIN)/rlft sft -d data/tools/sft_train.jsonl -o $(OUT)/tools-sft --max-steps 600 --batch-size 32 --lr 3e-3 \
 		--set sft.max_length=200 --set watch.auto_holdout=false --overwrite
 	$(BIN)/rlft eval -m $(OUT)/tools-sft -d data/tools/test.jsonl --env $(TOOLS_ENV) --verifier math --max-new-tokens 96
 	$(BIN)/rlft grpo --model $(OUT)/tools-sft -d data/tools/grpo_prompts.jsonl --env $(TOOLS_ENV) \
-		--verifier math --eval-data data/tools/test.jsonl -o $(OUT)/tools-grpo --max-steps 60 --batch-size 8 --lr 3e-5 \
-		--num-generations 4 --set grpo.max_completion_length=200 --set grpo.heldout_max_new_tokens=96 --overwrite
+		--verifier math --eval-data data/tools/test.jsonl -o $(OUT)/tools-grpo --max-steps 100 --batch-size 16 \
+		--lr 1e-4 --num-generations 8 --set grpo.max_completion_length=200 --set grpo.heldout_max_new_tokens=96 \
+		--overwrite
+	$(BIN)/rlft eval -m $(OUT)/tools-grpo -d data/tools/test.jsonl --env $(TOOLS_ENV) --verifier math --max-new-tokens 96
 
 pipeline-rlhf: install
 	$(PIPE) rlhf --model $(MODEL) --sft-data $(SFT_DATA) --sft-recipe $(SFT_RECIPE) --pairs $(PAIRS) \

@@ -384,7 +384,8 @@ def test_sft_on_tool_demonstrations_trains_the_calls_not_the_results(cli, tmp_pa
     assert r.code == 0, r.text
     tok = load_tokenizer(str(out))
     assert tok.chat_template == TOOL_CHATML_TEMPLATE
-    row = json.loads((DATA / "tools/sft_train.jsonl").read_text().splitlines()[0])
+    rows = [json.loads(x) for x in (DATA / "tools/sft_train.jsonl").read_text().splitlines()]
+    row = next(r for r in rows if len(r["messages"]) > 2)  # the first demonstration that calls the tool
     enc = tok.apply_chat_template(row["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
     trained = tok.decode([i for i, m in zip(enc["input_ids"], enc["assistant_masks"]) if m])
     call, result = row["messages"][1]["tool_calls"][0], row["messages"][2]["content"]
