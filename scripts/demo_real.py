@@ -16,7 +16,9 @@ How the budget is split, and why:
   ~10% of samples against ~55% greedily; all-equal groups teach nothing). The pre-flight runs first and says
   what share of groups is mixed. --rl-batch completions a step = --rl-batch / --generations prompts.
 - The held-out rows (a --watch-rows slice) go to the RL stage as `--holdout`, so the reward-hacking alarm
-  watches a score the reward cannot see being gamed.
+  watches a score the reward cannot see being gamed, and the stage keeps its SFT start unless a trained check
+  beats it clearly (rlft.overfit.kept_check). 100 rows, checked 4 times: on 40 rows a +12-point gain (SFT 0.453
+  -> 0.58 on all 150 rows) did not clear the noise (0.525 -> 0.625 on the 40) and the start was kept.
 - Each --seeds value is one RL run from the same SFT model (its row in the table is `grpo-seedN`).
 The numbers this was tuned with, and what did not work, are in the README ("A real model").
 """
@@ -87,7 +89,7 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
          generations: Annotated[int, typer.Option(min=2, help="Completions per prompt (G).")] = 4,
          temperature: Annotated[float, typer.Option(min=0.05, help="RL sampling temperature.")] = 0.7,
          rl_lr: Annotated[float, typer.Option(min=0.0, help="RL learning rate (LoRA).")] = 5e-5,
-         watch_rows: Annotated[int, typer.Option(min=0, help="Held-out rows the RL stage watches.")] = 40,
+         watch_rows: Annotated[int, typer.Option(min=0, help="Held-out rows the RL stage watches.")] = 100,
          seeds: Annotated[str, typer.Option(help="RL seeds, comma-separated: one RL run each.")] = "1",
          ) -> None:
     """SFT then RL of SmolLM2-135M + LoRA on word problems, held-out pass@1 around each stage."""
@@ -121,7 +123,7 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
         watch = []
         if watch_rows:
             watch = ["--holdout", write_rows(root / "data/watch.jsonl", held[:watch_rows]),
-                     "--set", f"watch.holdout_every={max(5, rl_steps // 6)}",
+                     "--set", f"watch.holdout_every={max(5, rl_steps // 4)}",
                      "--set", f"watch.holdout_max_new_tokens={heldout_tokens}"]
         for seed in seed_list:
             p.stage(f"{rl}-seed{seed}", rl, sft, "--prompts", prompts, "--verifier", "math", "--max-steps",
