@@ -6,7 +6,7 @@ CPUs: bf16 matmuls run on AMX or AVX512-BF16 units where the CPU has them (measu
 AVX512-BF16: a 512-row bf16 matmul 2.2x the fp32 one, BENCHMARKS.md); elsewhere bf16 is emulated and slower.
 On such a CPU a LoRA run keeps its frozen base weights in bf16 and its adapter (the only trainable weights) in
 fp32: each base matmul runs in bf16, everything between the matmuls (residual stream, norms, attention, the
-adapter's path) in fp32 (rlft.models.fp32_activations: with bf16 activations the adapter's small early updates
+adapter's path) in fp32 (rlft.activations.fp32_activations: with bf16 activations the adapter's small early updates
 drowned in the rounding of the layer outputs, and LoRA SFT on SmolLM2 learned measurably less), the adapter's
 update is exact fp32, and no weight is cast per step. This is
 not TRL's `bf16=True`, which on a CPU is autocast over fp32 weights: every weight is re-cast at every op,
@@ -89,8 +89,8 @@ def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: s
         return Precision("float32", False, "precision: fp32 (train.bf16=false)")
     if bf16 or flag:
         why = f"the CPU has {flag}" if flag and bf16 is None else "train.bf16=true"
-        return Precision("bfloat16", False, f"precision: bf16 base weights and matmuls, fp32 activations and LoRA adapter ({why}; "
-                                            "--set train.bf16=false for fp32)")
+        return Precision("bfloat16", False, f"precision: bf16 base weights and matmuls, fp32 activations and LoRA "
+                                            f"adapter ({why}; --set train.bf16=false for fp32)")
     return Precision("float32", False, "precision: fp32 (this CPU has no bf16 units: AMX or AVX512-BF16)")
 
 

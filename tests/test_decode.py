@@ -153,7 +153,7 @@ def test_lora_over_a_bf16_base_computes_in_bf16_with_fp32_weights(tiny_dir):
 
 
 def test_a_bf16_base_keeps_fp32_activations_between_bf16_matmuls(tiny_dir):
-    """rlft.models.fp32_activations: over a bf16 base the residual stream is fp32, the base weights stay bf16,
+    """rlft.activations.fp32_activations: over a bf16 base the residual stream is fp32, the base weights stay bf16,
     and the adapter's gradients stay within bf16 rounding of fp32's (the tiny model is too shallow to show
     the gain over bf16 activations: test_real_model.py measures it on SmolLM2)."""
     from tests.helpers import precision_gap

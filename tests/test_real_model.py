@@ -191,7 +191,7 @@ def test_report_of_a_real_run(sft_run, cli):
 
 
 def test_smollm2_bf16_keeps_fp32_activations_and_follows_fp32(smollm2):
-    """rlft.models.fp32_activations on SmolLM2 (30 layers): a trained-looking adapter's gradients (LoRA B ~ 1e-2)
+    """rlft.activations.fp32_activations on SmolLM2 (30 layers): a trained-looking adapter's gradients (LoRA B ~ 1e-2)
     on 8 demonstrations are ~13% off fp32's with bf16 activations and ~4% with fp32 activations between bf16
     matmuls (measured: 0.126 and 0.041)."""
     import torch
