@@ -285,14 +285,16 @@ TOOL_CHATML_TEMPLATE = (
     "{% else %}{{ m['content'] }}<|im_end|>{% endif %}{{ '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-# transformers' response template for it (TRL's Qwen3 one without the <think> field).
+# transformers' response template for it (TRL's Qwen3 one without the <think> field), content kept unstripped: a turn
+# the model ends with whitespace ("1450\n<|im_end|>") must render back to the ids it was trained on (measured on
+# SmolLM2: stripped, 1 of 4 episodes differed from the rendering at the lost newline).
 TOOL_CHATML_RESPONSE = {
     "defaults": {"role": "assistant"},
     "start_anchor": "<|im_start|>assistant\n",
     "fields": {
         "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True,
                        "content": "json", "transform": {"type": "function", "function": "{content}"}},
-        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text", "content_args": {"strip": False}},
     },
 }
 

@@ -158,3 +158,22 @@ def test_grpo_with_chatml_tools_saves_the_template_and_eval_env_reads_it(cli, tm
     assert r.code == 2 and "--chat-template chatml-tools" in r.err, r.text
     r = cli(*evaluate, "-m", smol_like, "--chat-template", "chatml-tools")
     assert r.code == 0, r.text
+
+
+@pytest.mark.parametrize("turn", ["1450\n<|im_end|>", " 1450 <|im_end|>",
+                                  'Let me see.\n<tool_call>\n{"name": "calculate", "arguments": {"expression": '
+                                  '"25*58"}}\n</tool_call><|im_end|>'])
+def test_a_parsed_turn_renders_back_to_its_ids_whitespace_included(smol_like, turn):
+    """TRL trains on the generated ids and scores the parsed turn: parsing must not strip what the model wrote
+    (SmolLM2 ended a turn with a newline before <|im_end|>, which a stripping parser lost)."""
+    from trl.chat_template_utils import parse_response
+
+    from rlft.episodes import first_mismatch
+    from rlft.tools import use_chat_template
+
+    tok = use_chat_template(_tok(smol_like), "chatml-tools", "smol-like")
+    prompt = [{"role": "user", "content": "25*58="}]
+    prompt_ids = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+    ids = tok(turn)["input_ids"]
+    message = parse_response(tok, ids, prefix=prompt_ids)
+    assert first_mismatch(tok, prompt, [message], prompt_ids, ids) is None
