@@ -111,6 +111,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "revision": Field("str", None, "hub revision (branch, tag or commit)"),
         "trust_remote_code": Field("bool", False, "allow model code from the hub"),
         "load_in_4bit": Field("bool", False, "quantise weights to 4-bit NF4 with bitsandbytes (QLoRA)"),
+        "chat_template": Field("str", None, "chatml-tools: rlft's tool-capable ChatML for a ChatML model whose own "
+                               "template cannot render tool calls (SmolLM2's); saved with the run (rlft/tools.py)",
+                               choices=("chatml-tools",)),
         "lora": LORA,
     },
     "data": {

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import signal
 import threading
 from collections import Counter
@@ -284,33 +285,102 @@ TOOL_CHATML_TEMPLATE = (
     "{% else %}{{ m['content'] }}<|im_end|>{% endif %}{{ '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-# transformers' response template for it (TRL's Qwen3 one without the <think> field).
+# transformers' response template for it (TRL's Qwen3 one without the <think> field), content kept unstripped: a turn
+# the model ends with whitespace ("1450\n<|im_end|>") must render back to the ids it was trained on (measured on
+# SmolLM2: stripped, 1 of 4 episodes differed from the rendering at the lost newline).
 TOOL_CHATML_RESPONSE = {
     "defaults": {"role": "assistant"},
     "start_anchor": "<|im_start|>assistant\n",
     "fields": {
         "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True,
                        "content": "json", "transform": {"type": "function", "function": "{content}"}},
-        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text", "content_args": {"strip": False}},
     },
 }
 
 
-def tool_tokenizer(tok, model_name: str):
+# `model.chat_template: chatml-tools` (`rlft eval --chat-template chatml-tools`): the template above for a ChatML model
+# whose own template cannot render tool calls (SmolLM2-135M-Instruct's renders only `content`). Opt-in: it replaces
+# the model's template in the run and in what the run saves. The mark (a Jinja comment, rendering nothing) lets a
+# saved variant with a default system turn be recognised by `tool_tokenizer` when it is loaded again.
+CHATML_TOOLS = "chatml-tools"
+_CHATML_TOOLS_MARK = "{#- rlft chatml-tools: rlft/tools.py -#}"
+CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
+_PROBE = "rlft-probe-5e1c"
+USE_CHATML_TOOLS = f"--set model.chat_template={CHATML_TOOLS}"
+
+
+def chatml_tools_template(tok, model_name: str) -> str:
+    """TOOL_CHATML_TEMPLATE for a ChatML tokenizer, behind the system turn the model's own template adds to a chat
+    that has none (SmolLM2's "You are a helpful AI assistant named SmolLM, ..."), so chats without tool calls render
+    as the model's template renders them. Refused with one line when the tokenizer has no <|im_start|> / <|im_end|>
+    tokens, or when its eos is not <|im_end|> (TRL's tool loop ends a turn at the eos: the newline after it would
+    be lost from every episode's ids)."""
+    vocab = tok.get_vocab()
+    missing = [t for t in CHATML_TOKENS if t not in vocab]
+    if missing:
+        raise UserError(f"model.chat_template={CHATML_TOOLS} needs a ChatML tokenizer, and {model_name}'s has no "
+                        f"{' or '.join(missing)} token", "drop the setting and use a model whose template supports "
+                                                         "tools (Qwen2.5, Qwen3, Llama 3.1)")
+    if tok.eos_token != "<|im_end|>":
+        raise UserError(f"model.chat_template={CHATML_TOOLS} needs <|im_end|> as the tokenizer's eos (TRL's tool "
+                        f"loop ends a turn at the eos); {model_name}'s eos is {tok.eos_token}",
+                        'set "eos_token": "<|im_end|>" in the model folder\'s tokenizer_config.json')
+    system = _default_system(tok)
+    if system is None:
+        return TOOL_CHATML_TEMPLATE
+    return (_CHATML_TOOLS_MARK + "{% if messages and messages[0]['role'] != 'system' %}<|im_start|>system\n"
+            "{{ " + json.dumps(system) + " }}<|im_end|>\n{% endif %}" + TOOL_CHATML_TEMPLATE)
+
+
+def _default_system(tok) -> str | None:
+    """The system message the tokenizer's own ChatML template adds to a chat without one, else None."""
+    head, tail = "<|im_start|>system\n", f"<|im_end|>\n<|im_start|>user\n{_PROBE}<|im_end|>"
+    if not tok.chat_template:
+        return None
+    try:
+        text = tok.apply_chat_template([{"role": "user", "content": _PROBE}], tokenize=False)
+    except Exception:  # noqa: BLE001 - a template that cannot render a plain chat adds no system turn we can keep
+        return None
+    if not text.startswith(head) or tail not in text:
+        return None
+    return text[len(head):text.index(tail)]
+
+
+def use_chat_template(tok, name: str | None, model_name: str):
+    """model.chat_template: None keeps the tokenizer's own template; `chatml-tools` gives it rlft's tool-capable
+    ChatML (`chatml_tools_template`, refused with one line for a tokenizer that is not ChatML) and the response
+    template TRL parses tool calls with. Both are saved with the run's tokenizer."""
+    if name is None:
+        return tok
+    if name != CHATML_TOOLS:  # config validation and the eval option allow only this name
+        raise UserError(f"unknown chat template '{name}'", f"use {CHATML_TOOLS}")
+    tok.chat_template = chatml_tools_template(tok, model_name)
+    tok.response_template = TOOL_CHATML_RESPONSE
+    return tok
+
+
+def tool_tokenizer(tok, model_name: str, switch: str = USE_CHATML_TOOLS):
     """The tokenizer ready for TRL's tool loop: the tiny model gets TOOL_CHATML_TEMPLATE and its response
-    template; any other template must render a tool conversation (TRL's supports_tool_calling) and be one TRL
-    knows how to parse, else the run is refused with one line (TRL would raise at trainer construction)."""
+    template (as does a tokenizer already given rlft's tool ChatML, `use_chat_template`); any other template must
+    render a tool conversation (TRL's supports_tool_calling) and be one TRL knows how to parse, else the run is
+    refused with one line (TRL would raise at trainer construction). For a ChatML template the fix names `switch`,
+    the option that gives it rlft's tool ChatML."""
     from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
     from rlft.models import CHATML_TEMPLATE
 
     if tok.chat_template in (CHATML_TEMPLATE, TOOL_CHATML_TEMPLATE):
         tok.chat_template = TOOL_CHATML_TEMPLATE
+    if tok.chat_template == TOOL_CHATML_TEMPLATE or str(tok.chat_template).startswith(_CHATML_TOOLS_MARK):
         tok.response_template = TOOL_CHATML_RESPONSE
     if not supports_tool_calling(tok):
+        chatml = all(t in tok.get_vocab() for t in CHATML_TOKENS)
         raise UserError(f"the chat template of {model_name} cannot render tool calls (assistant tool_calls -> "
-                        "tool turn)", "use a model whose template supports tools (Qwen2.5, Qwen3, Llama 3.1, the "
-                                      "tiny model); SmolLM2-135M-Instruct's does not")
+                        "tool turn)", f"it is ChatML: add {switch} to use rlft's tool-capable ChatML (opt-in: "
+                                      "it replaces the model's template), or use a model whose template supports "
+                                      "tools (Qwen2.5, Qwen3, Llama 3.1)" if chatml else
+                        "use a model whose template supports tools (Qwen2.5, Qwen3, Llama 3.1, the tiny model)")
     if getattr(tok, "response_template", None) is None and getattr(tok, "response_schema", None) is None:
         try:
             add_response_schema(tok)

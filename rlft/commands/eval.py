@@ -4,11 +4,18 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from typing import Annotated, Optional
 
 import typer
 
 from rlft.commands.options import AsChat, Env, Tools, err_console, out_console
+
+
+class ChatTemplate(str, Enum):
+    """Named chat templates a model can be given (rlft.tools.use_chat_template)."""
+
+    chatml_tools = "chatml-tools"
 
 
 def eval_(
@@ -26,6 +33,9 @@ def eval_(
     tools: Tools = None, env: Env = None,
     max_tool_calls: Annotated[int, typer.Option(help="Tool-calling rounds per episode (with --env/--tools).",
                                                 min=0)] = 4,
+    chat_template: Annotated[Optional[ChatTemplate], typer.Option(
+        "--chat-template", help="chatml-tools: rlft's tool-capable ChatML for a ChatML model whose own template "
+        "cannot render tool calls (training: --set model.chat_template=chatml-tools).")] = None,
 ) -> None:
     """Greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples)."""
     from rlft.chat_templates import wrap_as_chat
@@ -55,8 +65,9 @@ def eval_(
     from rlft.chat_templates import plain_prompt_note
     from rlft.evaluate import evaluate_rows, exact_match
     from rlft.models import load_for_inference, load_tokenizer
+    from rlft.tools import use_chat_template
 
-    tok = load_tokenizer(model)
+    tok = use_chat_template(load_tokenizer(model), chat_template.value if chat_template else None, model)
     if note := plain_prompt_note(tok, rows, switch="--as-chat"):
         err_console.print(f"[yellow]note[/]: {note}")
     net = load_for_inference(model)
@@ -97,7 +108,7 @@ def _episodes(net, tok, model: str, rows, setup, scorer, max_new_tokens: int, js
     from rlft.episodes import score_episodes, summarize
     from rlft.tools import tool_tokenizer
 
-    tok = tool_tokenizer(tok, model)
+    tok = tool_tokenizer(tok, model, switch="--chat-template chatml-tools")
     episodes = score_episodes(net, tok, [r.data for r in rows], setup, scorer, max_new_tokens)
     s = {k.removeprefix("heldout_"): round(v, 4) for k, v in summarize(episodes).items()}
     if json_out:

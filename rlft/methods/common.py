@@ -232,6 +232,8 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
     train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed)  # validate before writing
     tracker_names(cfg.train.report_to)  # a tracker whose package is missing: refused before writing
     watch = prepare_watch(cfg)  # thresholds, alarm names, the holdout file: also before writing
+    if cfg.model.get("chat_template"):  # a tokenizer that cannot take it: refused before any model loads
+        load_run_tokenizer(cfg)
     if not resume and main:  # refuse a busy output_dir before any slow work
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
     if held_out:
@@ -350,10 +352,13 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
 
 
 def load_run_tokenizer(cfg: RunConfig):
-    """The run's tokenizer (model.name_or_path at model.revision)."""
+    """The run's tokenizer (model.name_or_path at model.revision), with model.chat_template applied when it is
+    set (rlft.tools.use_chat_template: refused with one line when the tokenizer is not ChatML)."""
     from rlft.models import load_tokenizer
+    from rlft.tools import use_chat_template
 
-    return load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
+    tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
+    return use_chat_template(tok, cfg.model.get("chat_template"), cfg.model.name_or_path)
 
 
 def note_plain_prompts(cfg: RunConfig, rows, console: Console) -> None:

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from rlft.config import RunConfig, Section
 from rlft.errors import UserError
-from rlft.methods.common import Prepared, build_trl_config
+from rlft.methods.common import Prepared, build_trl_config, load_run_tokenizer
 
 KIND = "prompts"
 
@@ -42,7 +42,7 @@ def check_tokenizers(cfg: RunConfig):
     from rlft.models import load_tokenizer
 
     teacher = cfg.distill.teacher_model_name_or_path
-    tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
+    tok = load_run_tokenizer(cfg)
     teacher_tok = load_tokenizer(teacher, None, cfg.model.trust_remote_code)
     why = vocab_mismatch(tok, teacher_tok)
     if why:

@@ -137,9 +137,10 @@ def build_networks(cfg: RunConfig):
     """(tokenizer, policy, reference or None under LoRA, value model)."""
     import torch
 
-    from rlft.models import load_model, load_tokenizer
+    from rlft.methods.common import load_run_tokenizer
+    from rlft.models import load_model
 
-    tok = load_tokenizer(cfg.model.name_or_path, cfg.model.revision, cfg.model.trust_remote_code)
+    tok = load_run_tokenizer(cfg)
     policy = load_model(cfg.model)
     lora = cfg.model.lora.enabled
     ref = None if lora else load_model(cfg.model, trainable=False, with_lora=False)
