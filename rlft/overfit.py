@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from rlft.alarms import Alarm
 
@@ -80,6 +80,11 @@ class Objective:
         return f"the training {self.name} {verb} {first:.3g} -> {last:.3g}"
 
     @property
+    def key(self) -> str:
+        """The alarms' evidence key for its first and last values: `loss`, or `reward` (PPO)."""
+        return "reward" if self.higher_is_better else "loss"
+
+    @property
     def learned(self) -> str:
         """What an improving objective without a held-out gain means."""
         return ("the policy learned to raise its reward, not the task" if self.higher_is_better
@@ -99,14 +104,6 @@ def training_objective(history: Sequence[dict]) -> Objective:
         return Objective("loss", losses)
     rewards = points("reward")
     return Objective("mean reward", rewards, higher_is_better=True) if rewards else Objective("loss", [])
-
-
-Signal = Union[Objective, Sequence[tuple[int, float]]]
-
-
-def _objective(signal: Signal) -> Objective:
-    """An Objective as given, or (step, loss) points read as a loss."""
-    return signal if isinstance(signal, Objective) else Objective("loss", list(signal))
 
 
 def fall_noise(best: Check, now: Check) -> float:
@@ -129,11 +126,9 @@ def best_check(checks: list[Check]) -> Check | None:
     return best
 
 
-def overfitting(checks: list[Check], losses: Signal, patience: int = PATIENCE, z: float = Z) -> Alarm | None:
+def overfitting(checks: list[Check], objective: Objective, patience: int = PATIENCE, z: float = Z) -> Alarm | None:
     """The alarm when the held-out score fell below its best by more than its noise for `patience` checks
-    in a row while the training objective improved (`losses`: an Objective, or (step, loss) points in
-    order); else None."""
-    objective = _objective(losses)
+    in a row while the training objective improved; else None."""
     if len(checks) < patience + 1:
         return None
     best = best_check(checks)
@@ -154,15 +149,10 @@ def overfitting(checks: list[Check], losses: Signal, patience: int = PATIENCE, z
                  {"best_step": best.step, "best_score": round(best.score, 4),
                   "scores": {c.step: round(c.score, 4) for c in tail},
                   "fall_noise": [round(n, 4) for _, n in falls],
-                  _key(objective): [round(after[0], 4), round(after[-1], 4)]},
+                  objective.key: [round(after[0], 4), round(after[-1], 4)]},
                  "fewer passes over the data (--max-steps or --epochs: the best held-out check was at step "
                  f"{best.step}), a lower learning rate, or a larger beta (DPO/KTO) or kl_coef (PPO); the run folder "
                  "keeps the best held-out model")
-
-
-def _key(objective: Objective) -> str:
-    """The evidence key of the objective's first and last values: `loss`, or `reward` (PPO)."""
-    return "reward" if objective.higher_is_better else "loss"
 
 
 def beats_start(now: Check, start: Check, z: float = START_Z) -> bool:
@@ -214,13 +204,12 @@ def kept_check(checks: list[Check], alarm: bool = False, keep_start: bool = True
                    f"step {last.step} ({last.score:.3f}) is in last/")
 
 
-def no_gain(checks: list[Check], losses: Signal, alarm: bool = False, keep_start: bool = True,
+def no_gain(checks: list[Check], objective: Objective, alarm: bool = False, keep_start: bool = True,
             patience: int = PATIENCE) -> Alarm | None:
     """The end-of-run alarm when kept_check keeps the start (step 0; `alarm` as there): `overfitting` when the
-    training objective (`losses`: an Objective, or (step, loss) points in order) improved over the run, else
+    training objective improved over the run, else
     `no_gain`; None otherwise, and for a run of fewer than `patience` trained checks (as the overfitting alarm:
     too short to judge; its kept start and why are still in summary.json and printed)."""
-    objective = _objective(losses)
     points = objective.points
     if len(checks) < patience + 1 or checks[0].step != 0 or kept_check(checks, alarm)[0] is not checks[0]:
         return None
@@ -238,7 +227,7 @@ def no_gain(checks: list[Check], losses: Signal, alarm: bool = False, keep_start
                  f"{trained}; {where}",
                  {"start_score": round(start.score, 4), "best_step": best.step, "best_score": round(best.score, 4),
                   "scores": {c.step: round(c.score, 4) for c in checks}, "rows": len(start.per_row),
-                  _key(objective): [round(first, 4), round(last, 4)] if points else []},
+                  objective.key: [round(first, 4), round(last, 4)] if points else []},
                  "fewer passes or a lower learning rate (or a larger beta, DPO/KTO, or kl_coef, PPO) if the held-out "
                  "score fell; more "
                  "(or more varied) training rows, or more held-out rows (--holdout FILE) to measure a small gain")

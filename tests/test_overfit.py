@@ -24,8 +24,8 @@ def curve(scores, n=50, start_right=None):
     return out
 
 
-FALLING_LOSS = [(s, 1.0 - s / 200) for s in range(5, 200, 5)]
-FLAT_LOSS = [(s, 0.5) for s in range(5, 200, 5)]
+FALLING_LOSS = Objective("loss", [(s, 1.0 - s / 200) for s in range(5, 200, 5)])
+FLAT_LOSS = Objective("loss", [(s, 0.5) for s in range(5, 200, 5)])
 
 
 def test_fires_on_the_recorded_kto_curve():
@@ -33,7 +33,7 @@ def test_fires_on_the_recorded_kto_curve():
     # data/arith/make_arith.py (seed 7), from the short SFT: 50 held-out prompts, checks every 6 steps
     rows = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
     checks = [Check(r["step"], r["score"], r["per_row"], "pass_at_1", r["stderr"]) for r in rows if "score" in r]
-    losses = [(r["step"], r["loss"]) for r in rows if "loss" in r]
+    losses = Objective("loss", [(r["step"], r["loss"]) for r in rows if "loss" in r])
     fired = [overfitting(checks[:i], losses) for i in range(1, len(checks) + 1)]
     first = next(i for i, a in enumerate(fired) if a is not None)
     alarm = fired[first]
@@ -117,7 +117,7 @@ def test_ppo_reads_its_rising_reward_as_the_training_objective():
     assert "mean reward rose 0.906 -> 3.09" in alarm.message and "kl_coef" in alarm.fix
     assert alarm.evidence["reward"] == [0.9055, 3.0943]
     # as the run logged it before: no `loss`, so neither alarm could see the objective improve
-    assert overfitting(checks, []) is None
+    assert overfitting(checks, Objective("loss", [])) is None
     end = no_gain(checks, objective)
     assert end.name == "overfitting" and "rose 0.906 -> 3.09" in end.message and "not the task" in end.message
     # the same held-out fall while the reward fell: nothing learned, and said in the reward's direction
