@@ -45,6 +45,24 @@ def rlft(*args: str) -> None:
         raise SystemExit(f"rlft {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()[-800:]}")
 
 
+def candidate_z(out: Path) -> tuple[int | None, float]:
+    """The trained check the run would keep were its start not a usable model (rlft.overfit.kept_check with
+    keep_start=False), and the McNemar z of its gain over the start on the held-out slice (continuity-corrected,
+    as beats_start): how close the run came to keeping a trained model."""
+    from rlft.overfit import Check, kept_check
+
+    rows = [json.loads(line) for line in (out / "heldout_rows.jsonl").read_text().splitlines() if line.strip()]
+    checks = [Check(r["step"], sum(r["per_row"]) / len(r["per_row"]), r["per_row"]) for r in rows]
+    logged = [json.loads(line) for line in (out / "alarms.jsonl").read_text().splitlines() if line.strip()] \
+        if (out / "alarms.jsonl").exists() else []
+    # the in-run alarm (a sustained fall), not the end-of-run one that reports the start kept
+    alarm = any(a.get("name") == "overfitting" and "start_score" not in a.get("evidence", {}) for a in logged)
+    cand, _ = kept_check(checks, alarm, keep_start=False)
+    gained = sum(1 for x, y in zip(cand.per_row, checks[0].per_row) if x > y)
+    lost = sum(1 for x, y in zip(cand.per_row, checks[0].per_row) if x < y)
+    return cand.step, (gained - lost - 1) / (gained + lost) ** 0.5 if gained + lost else 0.0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--method", choices=("kto", "dpo"), required=True)
@@ -86,14 +104,16 @@ def main() -> int:
         kept = heldout_pass_at_1(str(out), str(TEST))
         last = heldout_pass_at_1(str(out / "last"), str(TEST)) if (out / "last").is_dir() else kept
         alarms = sorted({a if isinstance(a, str) else a.get("name") for a in summary.get("alarms", [])})
+        cand, z = candidate_z(out)
         ok = kept >= before + GAIN - 1e-9 or ("overfitting" in alarms and kept >= before - 1e-9)
         row = {"seed": seed, "method": args.method, "rows": len(data), "start": before, "kept": kept, "last": last,
                "kept_step": (summary.get("kept") or {}).get("step"), "steps": summary.get("global_step"),
-               "alarms": alarms, "ok": ok, "sets": args.set,
+               "alarms": alarms, "ok": ok, "sets": args.set, "candidate_step": cand, "candidate_z": z,
                "curve": [(c["step"], c["score"]) for c in (summary.get("heldout") or {}).get("curve", [])]}
         rows.append(row)
         print(f"seed {seed:>3}  {args.method}  start {before:.3f}  kept {kept:.3f} (step {row['kept_step']})  last "
-              f"{last:.3f}  alarms {','.join(alarms) or '-'}  {'ok' if ok else 'MISS'}", flush=True)
+              f"{last:.3f}  alarms {','.join(alarms) or '-'}  candidate step {cand} z {z:.2f}  {'ok' if ok else 'MISS'}",
+              flush=True)
     if args.json:
         print(json.dumps(rows))
     return 0 if all(r["ok"] for r in rows) else 1

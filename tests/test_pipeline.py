@@ -81,7 +81,7 @@ def test_stage_recipes_can_be_replaced_for_a_real_model(tmp_path, sft_model):
     from scripts.pipeline import TINY_RECIPES, _dpo, _recipes
 
     recipe = tmp_path / "dpo_short.yaml"
-    recipe.write_text((ROOT / "recipes/dpo_tiny.yaml").read_text().replace("num_train_epochs: 3", "max_steps: 3"))
+    recipe.write_text((ROOT / "recipes/dpo_tiny.yaml").read_text().replace("num_train_epochs: 5", "max_steps: 3"))
     heldout = write_jsonl(tmp_path / "heldout.jsonl", [json.loads(line) for line in
                                                        HELDOUT.read_text().splitlines()[:10]])
     p = Pipeline(str(tmp_path / "runs"), str(heldout), recipes=_recipes([f"dpo={recipe}"]))

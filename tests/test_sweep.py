@@ -61,4 +61,4 @@ def test_sweep_writes_a_recipe_that_runs(cli, sft_model, tmp_path):
     p = cli("kto", "--recipe", recipe, "--print-config")
     assert p.code == 0, p.text
     assert f"learning_rate: {best['params']['train.learning_rate']}" in p.out
-    assert "max_steps: -1" in p.out and "num_train_epochs: 3" in p.out  # the recipe's own length, not the trial's
+    assert "max_steps: -1" in p.out and "num_train_epochs: 5" in p.out  # the recipe's own length, not the trial's
