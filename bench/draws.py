@@ -112,8 +112,8 @@ def main() -> int:
                "curve": [(c["step"], c["score"]) for c in (summary.get("heldout") or {}).get("curve", [])]}
         rows.append(row)
         print(f"seed {seed:>3}  {args.method}  start {before:.3f}  kept {kept:.3f} (step {row['kept_step']})  last "
-              f"{last:.3f}  alarms {','.join(alarms) or '-'}  candidate step {cand} z {z:.2f}  {'ok' if ok else 'MISS'}",
-              flush=True)
+              f"{last:.3f}  alarms {','.join(alarms) or '-'}  candidate step {cand} z {z:.2f}  "
+              f"{'ok' if ok else 'MISS'}", flush=True)
     if args.json:
         print(json.dumps(rows))
     return 0 if all(r["ok"] for r in rows) else 1

@@ -24,9 +24,9 @@ two independent binomials (each +-5 points) it would look like noise.
                was kept: no trained check clearly beat it (runs of `patience` checks or more, as above).
 Why the start unless beaten: the start is the one model known not to be worse, so training must earn its
 place, and the alarm tells the user when it did not. How high the bar is trades two errors on a small slice:
-kept models that are worse, and gains thrown away (START_Z below, with what was measured). Runs whose start is not a usable
-model (a reward model's untrained score head) keep the trained check instead (`keep_start=False`), alarm
-included.
+kept models that are worse, and gains thrown away (START_Z below, with what was measured). Runs whose start
+is not a usable model (a reward model's untrained score head) keep the trained check instead
+(`keep_start=False`), alarm included.
 """
 
 from __future__ import annotations
