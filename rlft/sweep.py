@@ -15,9 +15,11 @@ them in OUT/trials.png, and the best trial's config, resolved without the trial 
 in steps or passes), written as OUT/best_recipe.yaml, which `rlft <method> --recipe OUT/best_recipe.yaml` runs.
 The best trial is the highest-valued one among those whose folder kept a trained model (a trained check beat the
 start clearly: rlft.overfit.kept_check); when none did, the highest-valued one, with a note saying so.
+rlft's PPO has no automatic slice of its prompts: `rlft sweep ppo` needs held-out rows (data.eval or
+watch.holdout, refused before any trial without them), and its trials check every trial budget / 5 steps unless
+train.eval_steps asks for more often.
 Departures: a trial's value is its best trained held-out check, not its last (rlft keeps the best model); trials run
-one after another in this process (no parallel workers, no storage other than memory). rlft's PPO is not swept
-yet (its loop has no automatic held-out slice or pruning hook): `rlft sweep ppo` is refused.
+one after another in this process (no parallel workers, no storage other than memory).
 """
 
 from __future__ import annotations
@@ -128,6 +130,11 @@ def sweep(method: str, recipe, flags: dict, sets: list[str], space: Space, out: 
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=2,
                                                                    n_warmup_steps=max(1, trial_steps // 3)))
     rows: list[dict[str, Any]] = []
+    checks: list[str] = []
+    if method == "ppo":  # rlft's PPO checks every train.eval_steps (unset: before and after only)
+        every = resolve(method, recipe, flags, sets).train.get("eval_steps")
+        if not every or every > trial_steps:
+            checks = [f"train.eval_steps={max(1, trial_steps // 5)}"]
 
     def objective(trial) -> float:
         params = {k: trial.suggest_categorical(k, v) for k, v in space.grid.items()}
@@ -135,7 +142,7 @@ def sweep(method: str, recipe, flags: dict, sets: list[str], space: Space, out: 
             params[k] = trial.suggest_float(k, low, high, log=log)
         folder = out / f"trial-{trial.number}"
         trial_sets = [f"train.max_steps={trial_steps}", "watch.auto_holdout_min_steps=0",  # trials are judged on it
-                      f"train.output_dir={json.dumps(str(folder))}"]
+                      f"train.output_dir={json.dumps(str(folder))}", *checks]
         cfg = resolve(method, recipe, flags, sets + _sets(params) + trial_sets)
         pruned = []
 

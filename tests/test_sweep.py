@@ -62,3 +62,49 @@ def test_sweep_writes_a_recipe_that_runs(cli, sft_model, tmp_path):
     assert p.code == 0, p.text
     assert f"learning_rate: {best['params']['train.learning_rate']}" in p.out
     assert "max_steps: -1" in p.out and "num_train_epochs: 5" in p.out  # the recipe's own length, not the trial's
+
+
+def test_ppo_sweep_needs_held_out_rows(cli, tmp_path):
+    out = tmp_path / "sweep"
+    r = cli("sweep", "ppo", "--recipe", ROOT / "recipes/ppo_tiny.yaml", "--set", "data.eval=null",
+            "--grid", "train.learning_rate=1e-5,1e-4", "-o", out)
+    assert r.code == 2 and "needs held-out rows" in r.err and "data.eval=FILE" in r.err.replace("\n", " ")
+    assert not out.exists()
+
+
+def test_ppo_sweep_judges_trials_on_its_checks(cli, sft_model, tmp_path):
+    """rlft's PPO is swept like the TRL methods: every trial's checks reach Optuna, best_recipe.yaml runs."""
+    heldout = tmp_path / "heldout.jsonl"
+    heldout.write_text("\n".join((DATA / "arith/test.jsonl").read_text().splitlines()[:12]) + "\n")
+    out = tmp_path / "sweep"
+    r = cli("sweep", "ppo", "--recipe", ROOT / "recipes/ppo_tiny.yaml", "-m", sft_model, "-o", out,
+            "--grid", "train.learning_rate=1e-5,3e-4", "--trial-steps", "5", "--set", f"data.eval={heldout}",
+            "--set", "train.per_device_train_batch_size=8", "--set", "train.eval_steps=null")
+    assert r.code == 0, r.text
+    result = json.loads((out / "trials.json").read_text())
+    assert {t["params"]["train.learning_rate"] for t in result["trials"]} == {1e-5, 3e-4}
+    for t in result["trials"]:
+        curve = json.loads((out / f"trial-{t['trial']}/summary.json").read_text())["heldout"]["curve"]
+        # eval_steps unset: the sweep checks every 5 // 5 = 1 step, so a trial is judged on trained checks
+        assert [c["step"] for c in curve] == [0, 1, 2, 3, 4, 5]
+        assert t["value"] == max(c["score"] for c in curve[1:])
+    p = cli("ppo", "--recipe", out / "best_recipe.yaml", "--print-config")
+    assert p.code == 0 and "max_steps: 150" in p.out, p.text  # the recipe's own length, not the trial's
+
+
+def test_ppo_stops_where_the_pruner_says(sft_model, tmp_path):
+    from rich.console import Console
+
+    from rlft.config import resolve
+    from rlft.methods import ppo
+
+    heldout = tmp_path / "heldout.jsonl"
+    heldout.write_text("\n".join((DATA / "arith/test.jsonl").read_text().splitlines()[:8]) + "\n")
+    heard = []
+    cfg = resolve("ppo", ROOT / "recipes/ppo_tiny.yaml", {"model.name_or_path": (str(sft_model), "--model")},
+                  [f"data.eval={heldout}", "train.per_device_train_batch_size=8", "train.max_steps=6",
+                   "train.eval_steps=1", f"train.output_dir={tmp_path / 'ppo'}"])
+    result = ppo.run(cfg, overwrite=True, console=Console(file=open(tmp_path / "log", "w")),  # noqa: SIM115
+                     on_check=lambda step, score: heard.append(step) or step == 2)
+    summary = json.loads((tmp_path / "ppo/summary.json").read_text())
+    assert heard == [0, 1, 2] and summary["global_step"] == 2 and summary["status"] == "completed", result

@@ -11,11 +11,16 @@ import typer
 from rlft.commands import options as o
 from rlft.errors import UserError
 
-METHODS = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "distill")
+METHODS = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "distill", "ppo")
 
 
 def run_trial(cfg, console, on_check):
-    """One trial's run (rlft.methods.common.train), its held-out checks reported through `on_check`."""
+    """One trial's run (rlft.methods.common.train, or rlft's PPO), its held-out checks reported through
+    `on_check`."""
+    if cfg.method == "ppo":
+        from rlft.methods import ppo
+
+        return ppo.run(cfg, overwrite=True, console=console, on_check=on_check)
     from rlft.methods import distill, dpo, grpo, kto, reward, rloo, sft
     from rlft.methods.common import train
 
@@ -25,7 +30,8 @@ def run_trial(cfg, console, on_check):
 
 
 def sweep(
-    method: Annotated[str, typer.Argument(help="The method to sweep: sft, dpo, kto, reward, grpo, rloo, distill.")],
+    method: Annotated[str, typer.Argument(help="The method to sweep: sft, dpo, kto, reward, grpo, rloo, distill, "
+                                                "ppo.")],
     grid: Annotated[Optional[list[str]], typer.Option("--grid", help="KEY=V1,V2,...: values to try, e.g. "
                                                       "train.learning_rate=1e-5,3e-5,1e-4. Repeatable.")] = None,
     range_: Annotated[Optional[list[str]], typer.Option("--range", help="KEY=LOW:HIGH[:log]: a range Optuna's TPE "
@@ -42,8 +48,7 @@ def sweep(
     from rlft.config import resolve
 
     if method not in METHODS:
-        hint = "; rlft's PPO is not swept yet" if method == "ppo" else ""
-        raise UserError(f"rlft sweep {method}: not a method it sweeps{hint}", f"use one of {', '.join(METHODS)}")
+        raise UserError(f"rlft sweep {method}: not a method it sweeps", f"use one of {', '.join(METHODS)}")
     space = sw.parse_space(list(grid or []), list(range_ or []))
     out = Path(output_dir or f"runs/sweep-{method}").expanduser()
     if out.exists() and any(out.iterdir()) and not overwrite:
@@ -51,7 +56,12 @@ def sweep(
     flags = {"model.name_or_path": (model, "--model"), "data.train": (list(data) if data else None, "--data"),
              "train.seed": (seed, "--seed")}
     sets = list(set_ or [])
-    resolve(method, recipe, flags, sets)  # the base config: every problem at once, before any trial
+    base = resolve(method, recipe, flags, sets)  # the base config: every problem at once, before any trial
+    if method == "ppo" and not (base.data.get("eval") or base.watch.get("holdout")):
+        # rlft's PPO has no automatic slice of its prompts: without held-out rows a trial has nothing to judge by
+        raise UserError("rlft sweep ppo needs held-out rows to judge its trials by",
+                        "pass --set data.eval=FILE (prompts with answers, scored by ppo.verifiers or "
+                        "watch.holdout_verifier) or --set watch.holdout=FILE")
     sw.check_space(method, recipe, flags, sets, space)
     result = sw.sweep(method, recipe, flags, sets, space, out, trials=trials, trial_steps=trial_steps,
                       seed=seed or 0, console=o.err_console, run_trial=run_trial)

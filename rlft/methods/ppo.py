@@ -62,7 +62,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 
@@ -145,8 +145,11 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> Prepared
                     summary={"memory_estimate_gb": round(memory["total_gb"], 4) if memory else None})
 
 
-def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, console: Console | None = None) -> RunResult:
-    """Validate, estimate memory, then train; see the module docstring. Returns the run's result."""
+def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, console: Console | None = None,
+        on_check: Callable | None = None) -> RunResult:
+    """Validate, estimate memory, then train; see the module docstring. Returns the run's result.
+    `on_check(step, score) -> stop?` hears every held-out check (rlft sweep's pruner); True ends training
+    there, as a completed (shorter) run."""
     from rlft.verifiers.loading import load_verifiers
     from rlft.watch import Holdout
 
@@ -155,6 +158,7 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     with run_.record.closing_on_error():  # from here on, any ending is recorded in summary.json
         # held-out rows: data.eval (scored by the run's verifiers, else watch.holdout_verifier), else watch.holdout
         watch = run_.watch
+        watch.on_check = on_check
         check_specs = list(cfg.ppo.verifiers) or [cfg.watch.holdout_verifier]
         heldout_rows, scorer = [r.data for r in prepared.eval_rows], None
         if heldout_rows:
@@ -307,6 +311,8 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                         watcher.samples(step)
                 if stop:
                     status = "stopped" if watcher.stopped_by is not None else "interrupted"
+                    break
+                if _any_process(accelerator, watcher.prune):  # rlft sweep's pruner: a shorter completed run
                     break
     finally:
         if progress is not None and progress.live.is_started:
