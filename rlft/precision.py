@@ -2,8 +2,11 @@
 
 GPUs: unchanged (TRL's bf16 autocast where the GPU supports it, `train.bf16` / `train.fp16` override).
 
-CPUs: bf16 matmuls run on AMX or AVX512-BF16 units where the CPU has them (measured here on an AMD EPYC with
-AVX512-BF16: a 512-row bf16 matmul 2.2x the fp32 one, BENCHMARKS.md); elsewhere bf16 is emulated and slower.
+CPUs: bf16 matmuls can run on AMX or AVX512-BF16 units, but the flag alone does not say they are faster: a
+512-row bf16 matmul ran 2.2x the fp32 one on an AMD EPYC with AVX512-BF16, and 0.53x on an Intel Xeon with
+AVX512-BF16 and no AMX (85 against 160 GFLOP/s, one thread, torch 2.13; BENCHMARKS.md); without either flag bf16
+is emulated and slower. So where the flag is present a LoRA run first measures (`bf16_speedup`: a training-shaped
+matmul in both dtypes, interleaved, ~0.3 s) and takes bf16 only when it is at least MIN_SPEEDUP times faster.
 On such a CPU a LoRA run keeps its frozen base weights in bf16 and its adapter (the only trainable weights) in
 fp32: each base matmul runs in bf16, everything between the matmuls (residual stream, norms, attention, the
 adapter's path) in fp32 (rlft.activations.fp32_activations: with bf16 activations too, LoRA SFT on SmolLM2
@@ -25,6 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+# bf16 over fp32 matmul throughput a CPU must show before a LoRA run trains in bf16: the bf16 path also pays
+# casts between its matmuls (fp32 activations), so a small matmul gain is no step gain (measured SFT steps at a
+# 2.2x matmul ratio were 1.3x faster).
+MIN_SPEEDUP = 1.3
 
 
 def cpu_bf16_flag(cpuinfo: str | None = None) -> str | None:
@@ -60,6 +67,26 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     return platform.processor() or platform.machine()
 
 
+def bf16_speedup(rows: int = 512, inner: int = 576, outer: int = 1536, reps: int = 5) -> float:
+    """bf16 over fp32 throughput of one nn.Linear-shaped matmul (rows x inner times inner x outer: a LoRA step's
+    shape on a 135M model) in this process's thread setting; best of `reps` each, the dtypes interleaved so a
+    busy machine slows both alike."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    best = {}
+    pairs = {dt: (torch.randn(rows, inner, dtype=dt), torch.randn(outer, inner, dtype=dt))
+             for dt in (torch.float32, torch.bfloat16)}
+    for _ in range(reps + 1):  # the first round warms the kernels up
+        for dt, (x, w) in pairs.items():
+            t = time.perf_counter()
+            F.linear(x, w)
+            best[dt] = min(best.get(dt, float("inf")), time.perf_counter() - t)
+    return best[torch.float32] / best[torch.bfloat16]
+
+
 @dataclass
 class Precision:
     weights: str  # model.dtype to load with: "bfloat16", "float32" or the user's own choice
@@ -68,8 +95,9 @@ class Precision:
 
 
 def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: str,
-           bf16: bool | None, method: str = "") -> Precision:
-    """The precision of one run. `dtype` is model.dtype as configured, `bf16` train.bf16 (None: auto)."""
+           bf16: bool | None, method: str = "", speedup: float | None = None) -> Precision:
+    """The precision of one run. `dtype` is model.dtype as configured, `bf16` train.bf16 (None: auto),
+    `speedup` the measured bf16 / fp32 matmul ratio (`bf16_speedup`; None: not measured, the flag decides)."""
     if cuda:
         return Precision(dtype, bf16, "")
     if method == "ppo" and dtype == "auto":  # its value head and loss math are fp32 code (rlft/methods/ppo*.py)
@@ -87,8 +115,13 @@ def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: s
         return Precision(dtype, False, f"precision: {dtype} base weights (model.dtype), fp32 adapter")
     if bf16 is False:
         return Precision("float32", False, "precision: fp32 (train.bf16=false)")
+    if flag and bf16 is None and speedup is not None and speedup < MIN_SPEEDUP:
+        return Precision("float32", False, f"precision: fp32 (the CPU has {flag}, but its bf16 matmuls ran "
+                                           f"{speedup:.2f}x fp32's here; --set train.bf16=true for bf16)")
     if bf16 or flag:
         why = f"the CPU has {flag}" if flag and bf16 is None else "train.bf16=true"
+        if flag and bf16 is None and speedup is not None:
+            why += f", its bf16 matmuls {speedup:.1f}x fp32's here"
         return Precision("bfloat16", False, f"precision: bf16 base weights and matmuls, fp32 activations and LoRA "
                                             f"adapter ({why}; --set train.bf16=false for fp32)")
     return Precision("float32", False, "precision: fp32 (this CPU has no bf16 units: AMX or AVX512-BF16)")
@@ -100,9 +133,12 @@ def apply(cfg, console=None) -> Precision:
 
     m = cfg.values["model"]
     t = cfg.values["train"]
-    p = decide(cuda=torch.cuda.is_available(), flag=cpu_bf16_flag(), lora=bool(m["lora"]["enabled"]),
-               four_bit=bool(m.get("load_in_4bit")), dtype=str(m.get("dtype") or "auto"), bf16=t.get("bf16"),
-               method=cfg.method)
+    args = dict(cuda=torch.cuda.is_available(), flag=cpu_bf16_flag(), lora=bool(m["lora"]["enabled"]),
+                four_bit=bool(m.get("load_in_4bit")), dtype=str(m.get("dtype") or "auto"), bf16=t.get("bf16"),
+                method=cfg.method)
+    p = decide(**args)
+    if p.weights == "bfloat16" and args["flag"] and args["bf16"] is None:  # the flag chose bf16: measure it
+        p = decide(**args, speedup=bf16_speedup())
     m["dtype"] = p.weights
     if p.autocast_bf16 is not None or t.get("bf16") is not None:
         t["bf16"] = p.autocast_bf16

@@ -24,6 +24,10 @@ def test_bf16_units_are_read_from_the_cpu_flags():
     (dict(flag="amx_bf16", lora=True, bf16=False), "float32", False, "train.bf16=false"),
     (dict(flag=None, lora=True, bf16=None), "float32", False, "no bf16 units"),
     (dict(flag=None, lora=True, bf16=True), "bfloat16", False, "train.bf16=true"),
+    # the flag, and bf16 matmuls measured slower (an Intel Xeon with AVX512-BF16, no AMX: 0.53x): fp32
+    (dict(flag="avx512_bf16", lora=True, bf16=None, speedup=0.53), "float32", False, "ran 0.53x fp32's here"),
+    (dict(flag="avx512_bf16", lora=True, bf16=None, speedup=2.2), "bfloat16", False, "2.2x fp32's here"),
+    (dict(flag="avx512_bf16", lora=True, bf16=True, speedup=0.53), "bfloat16", False, "train.bf16=true"),
     # full fine-tuning stays fp32 unless asked; asked = TRL's autocast
     (dict(flag="amx_bf16", lora=False, bf16=None), "auto", False, "fp32"),
     (dict(flag="amx_bf16", lora=False, bf16=True), "auto", True, "autocast"),
@@ -35,6 +39,13 @@ def test_precision_rules(kw, weights, autocast, says):
     p = decide(**args)
     assert (p.weights, p.autocast_bf16) == (weights, autocast)
     assert says in p.line
+
+
+def test_bf16_speedup_is_measured_here():
+    from rlft.precision import bf16_speedup
+
+    ratio = bf16_speedup(rows=64, inner=64, outer=64, reps=2)
+    assert 0.01 < ratio < 100  # a ratio of two timings of the same product, whatever this CPU does
 
 
 def test_gpus_keep_trls_defaults():
