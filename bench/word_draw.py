@@ -26,7 +26,7 @@ GROUPS = [("bag", "bags"), ("jar", "jars"), ("basket", "baskets"), ("tray", "tra
 
 
 def problem(rng: random.Random) -> tuple[str, str, str, int]:
-    """(question, worked answer, the equation that decides the split, answer)."""
+    """(question, worked answer, the operation and numbers that decide the split, answer)."""
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     one, many = rng.choice(GROUPS)
     op = rng.choice(["add", "sub", "mul", "div"])
@@ -37,7 +37,7 @@ def problem(rng: random.Random) -> tuple[str, str, str, int]:
                         f"altogether?",
                         f"{name} starts with {a} {item}. A friend gives {name} {b} more. What is the total?"])
         eq = f"{a} + {b} = {a + b}"
-        return q, f"Together: {eq}. The answer is {a + b}.", eq, a + b
+        return q, f"Together: {eq}. The answer is {a + b}.", f"add {sorted((a, b))}", a + b
     if op == "sub":
         a = rng.randint(20, 99)
         b = rng.randint(10, a - 1)
@@ -45,20 +45,20 @@ def problem(rng: random.Random) -> tuple[str, str, str, int]:
                         f"A {one} held {a} {item}. {b} were taken out. How many {item} are still in the {one}?",
                         f"{name} needs {a} {item} and already has {b}. How many more does {name} need?"])
         eq = f"{a} - {b} = {a - b}"
-        return q, f"Take away: {eq}. The answer is {a - b}.", eq, a - b
+        return q, f"Take away: {eq}. The answer is {a - b}.", f"sub {a} {b}", a - b
     k, a = rng.randint(2, 9), rng.randint(3, 12)
     if op == "mul":
         q = rng.choice([f"{name} fills {k} {many} with {a} {item} each. How many {item} is that?",
                         f"Each {one} has {a} {item}. How many {item} do {k} {many} have?",
                         f"There are {k} {many} and every one holds {a} {item}. How many {item} in total?"])
         eq = f"{k} x {a} = {k * a}"
-        return q, f"Groups times items: {eq}. The answer is {k * a}.", eq, k * a
+        return q, f"Groups times items: {eq}. The answer is {k * a}.", f"mul {sorted((k, a))}", k * a
     q = rng.choice([f"{name} packs {k * a} {item} into {k} {many}, the same number in each. How many {item} go "
                     f"in each {one}?",
                     f"{k * a} {item} are split evenly between {k} children. How many does each child get?",
-                    f"{name} puts {k * a} {item} in equal rows of {k} rows. How many {item} are in a row?"])
+                    f"{name} lays {k * a} {item} out in {k} equal rows. How many {item} are in each row?"])
     eq = f"{k * a} / {k} = {a}"
-    return q, f"Share equally: {eq}. The answer is {a}.", eq, a
+    return q, f"Share equally: {eq}. The answer is {a}.", f"div {k * a} {k}", a
 
 
 def make(seed: int, n_train: int, n_test: int) -> dict[str, list[dict]]:
@@ -68,8 +68,8 @@ def make(seed: int, n_train: int, n_test: int) -> dict[str, list[dict]]:
     rows: dict[str, list[dict]] = {"train": [], "test": []}
     size = {"train": n_train, "test": n_test}
     while len(rows["train"]) < n_train or len(rows["test"]) < n_test:
-        q, worked, eq, answer = problem(rng)
-        part = split.setdefault(eq, "test" if rng.random() < 0.2 else "train")
+        q, worked, key, answer = problem(rng)
+        part = split.setdefault(key, "test" if rng.random() < 0.2 else "train")
         if q in seen or len(rows[part]) >= size[part]:
             continue
         seen.add(q)

@@ -6,7 +6,8 @@ CPUs: bf16 matmuls can run on AMX or AVX512-BF16 units, but the flag alone does 
 512-row bf16 matmul ran 2.2x the fp32 one on an AMD EPYC with AVX512-BF16, and 0.53x on an Intel Xeon with
 AVX512-BF16 and no AMX (85 against 160 GFLOP/s, one thread, torch 2.13; BENCHMARKS.md); without either flag bf16
 is emulated and slower. So where the flag is present a LoRA run first measures (`bf16_speedup`: a training-shaped
-matmul in both dtypes, interleaved, ~0.3 s) and takes bf16 only when it is at least MIN_SPEEDUP times faster.
+matmul in both dtypes, interleaved, ~0.3 s, once per machine: `measured_speedup`) and takes bf16 only when it is
+at least MIN_SPEEDUP times faster.
 On such a CPU a LoRA run keeps its frozen base weights in bf16 and its adapter (the only trainable weights) in
 fp32: each base matmul runs in bf16, everything between the matmuls (residual stream, norms, attention, the
 adapter's path) in fp32 (rlft.activations.fp32_activations: with bf16 activations too, LoRA SFT on SmolLM2
@@ -87,6 +88,36 @@ def bf16_speedup(rows: int = 512, inner: int = 576, outer: int = 1536, reps: int
     return best[torch.float32] / best[torch.bfloat16]
 
 
+def measured_speedup() -> float:
+    """`bf16_speedup` measured once per CPU model, torch version and thread count, then read back from
+    RLFT_CACHE/bf16_speedup.json: every run, sweep trial, resumed run and process of a multi-process run on
+    one machine decides alike (a fresh measurement near MIN_SPEEDUP could flip)."""
+    import json
+    import os
+
+    import torch
+
+    from rlft.model_sources import cache_dir
+
+    key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+    path = cache_dir() / "bf16_speedup.json"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known, dict) and isinstance(known.get(key), (int, float)):
+        return float(known[key])
+    ratio = round(bf16_speedup(), 3)
+    known = {**(known if isinstance(known, dict) else {}), key: ratio}
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(known, indent=1))
+        os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
+    except OSError:
+        pass  # an unwritable cache measures again next time
+    return ratio
+
+
 @dataclass
 class Precision:
     weights: str  # model.dtype to load with: "bfloat16", "float32" or the user's own choice
@@ -117,7 +148,8 @@ def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: s
         return Precision("float32", False, "precision: fp32 (train.bf16=false)")
     if flag and bf16 is None and speedup is not None and speedup < MIN_SPEEDUP:
         return Precision("float32", False, f"precision: fp32 (the CPU has {flag}, but its bf16 matmuls ran "
-                                           f"{speedup:.2f}x fp32's here; --set train.bf16=true for bf16)")
+                                           f"{speedup:.2f}x fp32's here, below {MIN_SPEEDUP}x; --set "
+                                           "train.bf16=true for bf16)")
     if bf16 or flag:
         why = f"the CPU has {flag}" if flag and bf16 is None else "train.bf16=true"
         if flag and bf16 is None and speedup is not None:
@@ -137,8 +169,9 @@ def apply(cfg, console=None) -> Precision:
                 four_bit=bool(m.get("load_in_4bit")), dtype=str(m.get("dtype") or "auto"), bf16=t.get("bf16"),
                 method=cfg.method)
     p = decide(**args)
-    if p.weights == "bfloat16" and args["flag"] and args["bf16"] is None:  # the flag chose bf16: measure it
-        p = decide(**args, speedup=bf16_speedup())
+    if (p.weights == "bfloat16" and args["flag"] and args["bf16"] is None and args["lora"] and not args["cuda"]
+            and not args["four_bit"] and args["dtype"] == "auto"):  # the flag alone chose bf16: measure it
+        p = decide(**args, speedup=measured_speedup())
     m["dtype"] = p.weights
     if p.autocast_bf16 is not None or t.get("bf16") is not None:
         t["bf16"] = p.autocast_bf16

@@ -15,9 +15,9 @@ them in OUT/trials.png, and the best trial's config, resolved without the trial 
 in steps or passes), written as OUT/best_recipe.yaml, which `rlft <method> --recipe OUT/best_recipe.yaml` runs.
 The best trial is the highest-valued one among those whose folder kept a trained model (a trained check beat the
 start clearly: rlft.overfit.kept_check); when none did, the highest-valued one, with a note saying so.
-rlft's PPO has no automatic slice of its prompts: `rlft sweep ppo` needs held-out rows (data.eval or
-watch.holdout, refused before any trial without them), and its trials check every trial budget / 5 steps unless
-train.eval_steps asks for more often.
+rlft's PPO has no automatic slice of its prompts: `rlft sweep ppo` needs held-out rows (data.eval,
+data.eval_fraction or watch.holdout; refused before any trial without them), and its trials check every trial
+budget / 5 steps unless train.eval_steps / watch.holdout_every ask for more often.
 Departures: a trial's value is its best trained held-out check, not its last (rlft keeps the best model); trials run
 one after another in this process (no parallel workers, no storage other than memory).
 """
@@ -131,10 +131,13 @@ def sweep(method: str, recipe, flags: dict, sets: list[str], space: Space, out: 
                                                                    n_warmup_steps=max(1, trial_steps // 3)))
     rows: list[dict[str, Any]] = []
     checks: list[str] = []
-    if method == "ppo":  # rlft's PPO checks every train.eval_steps (unset: before and after only)
-        every = resolve(method, recipe, flags, sets).train.get("eval_steps")
-        if not every or every > trial_steps:
-            checks = [f"train.eval_steps={max(1, trial_steps // 5)}"]
+    if method == "ppo":  # rlft's PPO checks every train.eval_steps on data.eval (unset: before and after only),
+        # every watch.holdout_every on watch.holdout: at least 5 checks a trial, for the pruner and the value
+        base, often = resolve(method, recipe, flags, sets), max(1, trial_steps // 5)
+        for key, every in (("train.eval_steps", base.train.get("eval_steps")),
+                           ("watch.holdout_every", base.watch.get("holdout_every"))):
+            if not every or every > often:
+                checks.append(f"{key}={often}")
 
     def objective(trial) -> float:
         params = {k: trial.suggest_categorical(k, v) for k, v in space.grid.items()}

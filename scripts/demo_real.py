@@ -17,8 +17,9 @@ How the budget is split, and why:
   what share of groups is mixed. --rl-batch completions a step = --rl-batch / --generations prompts.
 - The held-out rows (a --watch-rows slice) go to the RL stage as `--holdout`, so the reward-hacking alarm
   watches a score the reward cannot see being gamed, and the stage keeps its SFT start unless a trained check
-  beats it clearly (rlft.overfit.kept_check). 100 rows, checked 4 times: on 40 rows a +12-point gain (SFT 0.453
-  -> 0.58 on all 150 rows) did not clear the noise (0.525 -> 0.625 on the 40) and the start was kept.
+  beats it by more than its noise (rlft.overfit.kept_check). 100 rows, checked 4 times: on 40 rows a +12-point
+  gain (SFT 0.453 -> 0.58 on all 150 rows) did not clear the noise (0.525 -> 0.625 on the 40) and the start was
+  kept (at the keep rule of then, one-sided 5%; rlft.overfit.START_Z is lower now, 100 rows stay).
 - Each --seeds value is one RL run from the same SFT model (its row in the table is `grpo-seedN`).
 The numbers this was tuned with, and what did not work, are in the README ("A real model").
 """

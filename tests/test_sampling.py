@@ -41,11 +41,45 @@ def test_precision_rules(kw, weights, autocast, says):
     assert says in p.line
 
 
-def test_bf16_speedup_is_measured_here():
-    from rlft.precision import bf16_speedup
+def _cfg(lora=True, dtype="auto", bf16=None, method="sft"):
+    from types import SimpleNamespace
 
-    ratio = bf16_speedup(rows=64, inner=64, outer=64, reps=2)
-    assert 0.01 < ratio < 100  # a ratio of two timings of the same product, whatever this CPU does
+    return SimpleNamespace(method=method, values={"model": {"lora": {"enabled": lora}, "dtype": dtype},
+                                                  "train": {"bf16": bf16}})
+
+
+@pytest.mark.parametrize("kw, measured, weights", [
+    (dict(), True, "bfloat16"),                       # the flag alone would choose bf16: measured (2.2x here)
+    (dict(lora=False), False, "auto"),                # full fine-tuning: fp32, nothing to measure
+    (dict(dtype="bfloat16"), False, "bfloat16"),      # the user's own dtype
+    (dict(bf16=True), False, "bfloat16"),             # asked for
+    (dict(bf16=False), False, "float32"),
+    (dict(method="ppo"), False, "float32"),
+])
+def test_apply_measures_only_when_the_flag_decides(monkeypatch, kw, measured, weights):
+    import rlft.precision as precision
+
+    calls = []
+    monkeypatch.setattr(precision, "cpu_bf16_flag", lambda: "avx512_bf16")
+    monkeypatch.setattr(precision, "measured_speedup", lambda: calls.append(1) or 2.2)
+    cfg = _cfg(**kw)
+    p = precision.apply(cfg)
+    assert bool(calls) == measured and p.weights == weights == cfg.values["model"]["dtype"]
+    monkeypatch.setattr(precision, "measured_speedup", lambda: 0.54)  # bf16 slower here: fp32, and said so
+    slow = precision.apply(_cfg())
+    assert slow.weights == "float32" and "ran 0.54x fp32's here, below 1.3x" in slow.line
+
+
+def test_the_speedup_is_measured_once_per_machine(monkeypatch, tmp_path):
+    import rlft.precision as precision
+
+    monkeypatch.setenv("RLFT_CACHE", str(tmp_path))
+    timings = iter([0.6, 1.9])
+    monkeypatch.setattr(precision, "bf16_speedup", lambda: next(timings))
+    assert precision.measured_speedup() == 0.6
+    assert precision.measured_speedup() == 0.6  # read back: runs on one machine decide alike
+    (tmp_path / "bf16_speedup.json").write_text("not json")
+    assert precision.measured_speedup() == 1.9  # a broken cache is measured again, not an error
 
 
 def test_gpus_keep_trls_defaults():

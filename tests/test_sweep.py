@@ -65,6 +65,7 @@ def test_sweep_writes_a_recipe_that_runs(cli, sft_model, tmp_path):
 
 
 def test_ppo_sweep_needs_held_out_rows(cli, tmp_path):
+    """Without data.eval, data.eval_fraction or watch.holdout a PPO trial has nothing to be judged by."""
     out = tmp_path / "sweep"
     r = cli("sweep", "ppo", "--recipe", ROOT / "recipes/ppo_tiny.yaml", "--set", "data.eval=null",
             "--grid", "train.learning_rate=1e-5,1e-4", "-o", out)
@@ -79,13 +80,13 @@ def test_ppo_sweep_judges_trials_on_its_checks(cli, sft_model, tmp_path):
     out = tmp_path / "sweep"
     r = cli("sweep", "ppo", "--recipe", ROOT / "recipes/ppo_tiny.yaml", "-m", sft_model, "-o", out,
             "--grid", "train.learning_rate=1e-5,3e-4", "--trial-steps", "5", "--set", f"data.eval={heldout}",
-            "--set", "train.per_device_train_batch_size=8", "--set", "train.eval_steps=null")
+            "--set", "train.per_device_train_batch_size=8")
     assert r.code == 0, r.text
     result = json.loads((out / "trials.json").read_text())
     assert {t["params"]["train.learning_rate"] for t in result["trials"]} == {1e-5, 3e-4}
     for t in result["trials"]:
         curve = json.loads((out / f"trial-{t['trial']}/summary.json").read_text())["heldout"]["curve"]
-        # eval_steps unset: the sweep checks every 5 // 5 = 1 step, so a trial is judged on trained checks
+        # the recipe's eval_steps (50) is past the trial budget: the sweep checks every 5 // 5 = 1 step
         assert [c["step"] for c in curve] == [0, 1, 2, 3, 4, 5]
         assert t["value"] == max(c["score"] for c in curve[1:])
     p = cli("ppo", "--recipe", out / "best_recipe.yaml", "--print-config")

@@ -57,11 +57,11 @@ def sweep(
              "train.seed": (seed, "--seed")}
     sets = list(set_ or [])
     base = resolve(method, recipe, flags, sets)  # the base config: every problem at once, before any trial
-    if method == "ppo" and not (base.data.get("eval") or base.watch.get("holdout")):
+    if method == "ppo" and not (base.data.get("eval") or base.data.get("eval_fraction") or base.watch.get("holdout")):
         # rlft's PPO has no automatic slice of its prompts: without held-out rows a trial has nothing to judge by
         raise UserError("rlft sweep ppo needs held-out rows to judge its trials by",
                         "pass --set data.eval=FILE (prompts with answers, scored by ppo.verifiers or "
-                        "watch.holdout_verifier) or --set watch.holdout=FILE")
+                        "watch.holdout_verifier), --set data.eval_fraction=0.05 or --set watch.holdout=FILE")
     sw.check_space(method, recipe, flags, sets, space)
     result = sw.sweep(method, recipe, flags, sets, space, out, trials=trials, trial_steps=trial_steps,
                       seed=seed or 0, console=o.err_console, run_trial=run_trial)

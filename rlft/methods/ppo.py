@@ -44,7 +44,8 @@ Where it departs from TRL's old PPOTrainer (trl <= 1.12, trl.experimental.ppo):
     hacking (reward-model score up, accuracy down) is visible in summary.json and raises the alarm.
 
 Which model the run folder keeps is decided as for the TRL methods (rlft.methods.keep, rlft.overfit.kept_check):
-the start unless a trained held-out check beats it clearly (one-sided 5%; McNemar on pass@1), else the best or
+the start unless a trained held-out check beats it by more than its noise (rlft.overfit.START_Z; McNemar on
+pass@1), else the best or
 the last check's model, with the last one in last/; summary.json's `kept` says which step and why, and the
 end-of-run no_gain alarm fires when the start was kept. `final_metrics` stay the last model's.
 
@@ -269,7 +270,7 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                   f"{cfg.ppo.num_ppo_epochs} epochs x {cfg.ppo.num_mini_batches} minibatches -> {out}")
     window: dict[str, list[float]] = {}
     start_time, start_step, start_episodes = time.time(), step, episodes
-    status = "completed"
+    status, pruned = "completed", False
     try:
         if progress is not None:
             progress.start()
@@ -313,6 +314,7 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                     status = "stopped" if watcher.stopped_by is not None else "interrupted"
                     break
                 if _any_process(accelerator, watcher.prune):  # rlft sweep's pruner: a shorter completed run
+                    pruned = True
                     break
     finally:
         if progress is not None and progress.live.is_started:
@@ -336,7 +338,7 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
         alarms = [a["name"] for a in watcher.fired]  # with the end-of-run no_gain alarm, if it fired
         if main:
             watcher.samples(step)
-            if heldout_rows:
+            if heldout_rows and not pruned:  # a pruned sweep trial is judged on its checks: no final pass
                 after = heldout(inner.policy, tok, heldout_rows, scorer, reward_fn, budget, bool(cfg.ppo.reward_model))
                 final.update(after)
                 final.update({f"{k}_before": v for k, v in before.items()})
