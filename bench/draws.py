@@ -49,7 +49,7 @@ def candidate_z(out: Path) -> tuple[int | None, float]:
     """The trained check a run would keep if it beat the start (rlft.overfit.kept_check tries the last one within
     noise of the best, then the best), and the McNemar z of its gain over the start on the held-out slice
     (continuity-corrected, as beats_start; the larger of the two): how close the run came to keeping it."""
-    from rlft.overfit import Check, best_check, kept_check
+    from rlft.overfit import Check, best_check, gain_z, kept_check
 
     rows = [json.loads(line) for line in (out / "heldout_rows.jsonl").read_text().splitlines() if line.strip()]
     checks = [Check(r["step"], sum(r["per_row"]) / len(r["per_row"]), r["per_row"]) for r in rows]
@@ -57,15 +57,10 @@ def candidate_z(out: Path) -> tuple[int | None, float]:
         if (out / "alarms.jsonl").exists() else []
     # the in-run alarm (a sustained fall), not the end-of-run one that reports the start kept
     alarm = any(a.get("name") == "overfitting" and "start_score" not in a.get("evidence", {}) for a in logged)
-    def z(check: Check) -> float:
-        gained = sum(1 for x, y in zip(check.per_row, checks[0].per_row) if x > y)
-        lost = sum(1 for x, y in zip(check.per_row, checks[0].per_row) if x < y)
-        return (gained - lost - 1) / (gained + lost) ** 0.5 if gained + lost else 0.0
-
     # kept_check tries the last check (when within noise of the best) and the best one: the larger z of the two
     cand, _ = kept_check(checks, alarm, keep_start=False)
     best = best_check(checks[1:]) or checks[0]
-    return max(((cand.step, z(cand)), (best.step, z(best))), key=lambda t: t[1])
+    return max(((c.step, gain_z(c, checks[0])) for c in (cand, best)), key=lambda t: t[1])
 
 
 def main() -> int:

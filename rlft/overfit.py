@@ -168,12 +168,20 @@ def beats_start(now: Check, start: Check, z: float = START_Z) -> bool:
     >>> beats_start(Check(9, 0.56, ones(28)), Check(0, 0.5, ones(25)))  # 3 gained: 2 / sqrt(3) = 1.15
     True
     """
+    return gain_z(now, start) > z
+
+
+def gain_z(now: Check, start: Check) -> float:
+    """The statistic `beats_start` compares with its bar: on 0/1 outcomes McNemar's, continuity-corrected,
+    (b - c - 1) / sqrt(b + c) for b rows gained and c lost (0 when none changed); else the gain over its paired
+    standard error (inf for a gain without noise)."""
     a, b = now.per_row, start.per_row
     if a and len(a) == len(b) and all(x in (0.0, 1.0) for x in a + b):
         gained = sum(1 for x, y in zip(a, b) if x > y)
         lost = sum(1 for x, y in zip(a, b) if x < y)
-        return gained > lost and (gained - lost - 1) / math.sqrt(gained + lost) > z
-    return now.score - start.score > z * fall_noise(now, start)
+        return (gained - lost - 1) / math.sqrt(gained + lost) if gained + lost else 0.0
+    gain, noise = now.score - start.score, fall_noise(now, start)
+    return gain / noise if noise > 0 else (math.inf if gain > 0 else 0.0)
 
 
 def kept_check(checks: list[Check], alarm: bool = False, keep_start: bool = True) -> tuple[Check | None, str]:

@@ -123,6 +123,7 @@ class Precision:
     weights: str  # model.dtype to load with: "bfloat16", "float32" or the user's own choice
     autocast_bf16: bool | None  # what TRL's train.bf16 gets (None: TRL's hardware default decides)
     line: str  # the one line a run prints
+    by_flag: bool = False  # bf16 chosen by the CPU flag alone: `apply` measures before it keeps the choice
 
 
 def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: str,
@@ -151,11 +152,13 @@ def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: s
                                            f"{speedup:.2f}x fp32's here, below {MIN_SPEEDUP}x; --set "
                                            "train.bf16=true for bf16)")
     if bf16 or flag:
-        why = f"the CPU has {flag}" if flag and bf16 is None else "train.bf16=true"
-        if flag and bf16 is None and speedup is not None:
+        by_flag = bool(flag) and bf16 is None
+        why = f"the CPU has {flag}" if by_flag else "train.bf16=true"
+        if by_flag and speedup is not None:
             why += f", its bf16 matmuls {speedup:.1f}x fp32's here"
         return Precision("bfloat16", False, f"precision: bf16 base weights and matmuls, fp32 activations and LoRA "
-                                            f"adapter ({why}; --set train.bf16=false for fp32)")
+                                            f"adapter ({why}; --set train.bf16=false for fp32)",
+                         by_flag and speedup is None)
     return Precision("float32", False, "precision: fp32 (this CPU has no bf16 units: AMX or AVX512-BF16)")
 
 
@@ -169,8 +172,7 @@ def apply(cfg, console=None) -> Precision:
                 four_bit=bool(m.get("load_in_4bit")), dtype=str(m.get("dtype") or "auto"), bf16=t.get("bf16"),
                 method=cfg.method)
     p = decide(**args)
-    if (p.weights == "bfloat16" and args["flag"] and args["bf16"] is None and args["lora"] and not args["cuda"]
-            and not args["four_bit"] and args["dtype"] == "auto"):  # the flag alone chose bf16: measure it
+    if p.by_flag:  # the flag alone chose bf16: measure it
         p = decide(**args, speedup=measured_speedup())
     m["dtype"] = p.weights
     if p.autocast_bf16 is not None or t.get("bf16") is not None:
