@@ -17,10 +17,14 @@ Where it departs from `generate`, and why (SmolLM2-135M, 8 rows = 2 prompts x G 
   gives other samples than `generate` does (greedy decoding gives the same tokens).
 - No logits processors, stopping criteria objects or per-step input preparation: the step is the model's
   forward on one token per row, and the sampling arithmetic.
+- The KV cache is written in place: each plain cache layer reserves room for every new token at the prefill
+  and hands attention a view of the filled part, where transformers' DynamicCache concatenates every layer's
+  keys and values per token (torch.cat: 8% of a SmolLM2 decode of 8 x 48 tokens, 0.47 of 6.0 s).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 # generation settings this loop honours; any other setting away from its default means "use generate"
@@ -93,13 +97,83 @@ def _next_tokens(logits, config):
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=vocab - 1)
 
 
-def decode(model, input_ids=None, attention_mask=None, generation_config=None, **kwargs: Any):
+@functools.cache
+def _reserved_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class ReservedLayer(DynamicLayer):
+        """A DynamicLayer that keeps its keys and values in buffers with `room` spare positions, written in
+        place; `keys`/`values` are views of the filled part (what DynamicLayer's readers expect)."""
+
+        def __init__(self, room: int):
+            super().__init__()
+            self.room, self.filled, self.buffers = room, 0, None
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            import torch
+
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            new = key_states.shape[-2]
+            if self.buffers is None or self.filled + new > self.buffers[0].shape[-2]:
+                grown = []
+                for old, fresh in zip((self.keys, self.values), (key_states, value_states)):
+                    buf = fresh.new_empty(*fresh.shape[:-2], self.filled + new + self.room, fresh.shape[-1])
+                    if self.filled:
+                        buf[..., :self.filled, :] = old
+                    grown.append(buf)
+                self.buffers = tuple(grown)
+            for buf, fresh in zip(self.buffers, (key_states, value_states)):
+                buf[..., self.filled:self.filled + new, :] = fresh
+            self.filled += new
+            self.keys, self.values = (buf[..., :self.filled, :] for buf in self.buffers)
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices) -> None:
+            if self.buffers is not None:
+                self.buffers = tuple(buf[indices] for buf in self.buffers)
+                self.keys, self.values = (buf[..., :self.filled, :] for buf in self.buffers)
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            if self.buffers is not None:
+                self.buffers = tuple(buf.repeat_interleave(repeats, dim=0) for buf in self.buffers)
+                self.keys, self.values = (buf[..., :self.filled, :] for buf in self.buffers)
+
+        def crop(self, tokens_to_remove: int) -> None:
+            super().crop(tokens_to_remove)
+            if self.buffers is not None and self.is_initialized:
+                self.filled = self.keys.shape[-2]
+                self.keys, self.values = (buf[..., :self.filled, :] for buf in self.buffers)
+
+        def reset(self) -> None:
+            self.buffers, self.filled = None, 0
+            super().reset()
+
+    return ReservedLayer
+
+
+def reserved_cache(config, room: int):
+    """A DynamicCache whose plain layers write new tokens in place, with room for `room` of them after the
+    first update (sliding-window and other special layers are kept as transformers builds them)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=config)
+    layer = _reserved_layer_class()
+    cache.layers = [layer(room) if type(x) is DynamicLayer else x for x in cache.layers]
+    return cache
+
+
+def decode(model, input_ids=None, attention_mask=None, generation_config=None, *, pack: bool = False,
+           **kwargs: Any):
     """Prompts + sampled tokens as `model.generate` returns them, or None where the settings are not handled
-    (see the module docstring). `kwargs` are further generation settings, as `generate` takes them."""
+    (see the module docstring). `kwargs` are further generation settings, as `generate` takes them.
+    `pack`: decode from weights packed for the batch's row count (rlft.packed_linear) where that applies,
+    keeping finished rows in the batch so that every step has that count; it packs `model` in place."""
     import copy as _copy
 
     import torch
-    from transformers import DynamicCache, GenerationConfig
+    from transformers import GenerationConfig
 
     extra = {k: v for k, v in kwargs.items() if k not in ("input_ids", "attention_mask")}
     if any(k not in GenerationConfig().to_dict() for k in extra):  # model inputs (images, ...): not ours
@@ -126,7 +200,7 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
     keyed = torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1)
     distinct, inverse = torch.unique(keyed, dim=0, return_inverse=True)
     ids, mask = distinct[:, :width], distinct[:, width:]
-    cache = DynamicCache(config=model.config)
+    cache = reserved_cache(model.config, room)
     key = _cache_key(model)
     position = mask.long().cumsum(-1) - 1
     position = position.masked_fill(mask == 0, 0)
@@ -138,15 +212,26 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
     mask = attention_mask.clone()
     last_position = position[inverse, -1] if distinct.size(0) != rows else position[:, -1]
     alive = torch.arange(rows, device=input_ids.device)  # the output rows still in the batch
+    if pack:
+        from rlft.packed_linear import pack as pack_linears
+
+        pack = pack_linears(model, rows)
+    finished = torch.zeros(rows, dtype=torch.bool, device=input_ids.device)  # packed: rows riding along
     steps = 0
     for step in range(room):
         token = _next_tokens(logits, config)
+        if pack:
+            token = token.masked_fill(finished, pad)
         out[alive, step] = token
         steps = step + 1
         done = torch.isin(token, stops)
         if step + 1 == room:
             break
-        if bool(done.any()):
+        if pack:
+            finished |= done
+            if bool(finished.all()):
+                break
+        elif bool(done.any()):
             keep = (~done).nonzero().squeeze(-1)
             if keep.numel() == 0:
                 break

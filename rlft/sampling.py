@@ -73,7 +73,14 @@ class MergedSampler:
 
         with torch.no_grad():
             for dst, src, lora in self.pairs:
-                if lora is not None:
+                if lora is not None and dst.dtype == torch.float32 and _plain_adapters(lora):
+                    # in place, no temporary: W + scale * B @ A (fp32 copies: nothing to round)
+                    dst.copy_(src)
+                    for name in lora.active_adapters:
+                        if name in lora.lora_A:
+                            dst.addmm_(lora.lora_B[name].weight, lora.lora_A[name].weight,
+                                       alpha=lora.scaling[name])
+                elif lora is not None:
                     merged = src.to(torch.float32)
                     for name in lora.active_adapters:
                         if name in lora.lora_A:
@@ -95,7 +102,7 @@ class MergedSampler:
         from rlft.decode import decode
 
         with torch.no_grad():
-            out = None if args else decode(self.copy, **kwargs)
+            out = None if args else decode(self.copy, pack=True, **kwargs)
             return out if out is not None else self.copy.generate(*args, **kwargs)
 
     def _policy_generate(self, *args: Any, **kwargs: Any):
@@ -107,6 +114,17 @@ class MergedSampler:
         self.policy.__dict__.pop("generate", None)
         self.policy.__dict__.pop("rlft_sampler", None)
         self.copy = None
+
+
+def _plain_adapters(lora) -> bool:
+    """Whether every active adapter of a LoRA layer is scale * B @ A on an nn.Linear's [out, in] weight (what
+    `refresh` may add in place); peft's `get_delta_weight` covers the rest (fan-in-fan-out, variants)."""
+    import torch
+
+    if getattr(lora, "fan_in_fan_out", False) or getattr(lora, "lora_variant", None):
+        return False
+    return all(type(lora.lora_A[n]) is torch.nn.Linear and type(lora.lora_B[n]) is torch.nn.Linear
+               for n in lora.active_adapters if n in lora.lora_A)
 
 
 def _is_lora(module) -> bool:

@@ -199,3 +199,83 @@ def test_trls_fused_head_scores_the_same_when_it_projects_labelled_positions_onl
     compact = run()
     for a, b in zip(full, compact):
         assert a == b if isinstance(a, bool) else torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("pick", [(0, 2), (3, 5)])
+def test_packed_decoding_gives_the_plain_tokens_with_rows_stopping_apart(tiny_dir, pick):
+    """rlft.packed_linear: decoding from MKL-packed weights (finished rows riding along) gives the tokens the
+    plain loop gives, and the model's own generate's."""
+    from transformers import AutoModelForCausalLM
+
+    from rlft.decode import decode
+    from rlft.packed_linear import available, unpack
+
+    if not available():
+        pytest.skip("this torch has no MKL packed gemm")
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    ids, mask = _prompts()
+    with torch.no_grad():  # a stop token the greedy rows reach at different steps: one row's token at a step
+        free = decode(model, input_ids=ids, attention_mask=mask,
+                      generation_config=_config(do_sample=False, eos_token_id=[1], max_new_tokens=24))
+    stops = [int(free[pick[0], ids.size(1) + pick[1]])]
+    cfg = _config(do_sample=False, eos_token_id=stops, max_new_tokens=24)
+    with torch.no_grad():
+        plain = decode(model, input_ids=ids, attention_mask=mask, generation_config=cfg)
+        packed = decode(model, input_ids=ids, attention_mask=mask, generation_config=cfg, pack=True)
+        assert all(getattr(m, "rlft_packed_state", (0,))[0] == ids.size(0) for m in model.modules()
+                   if isinstance(m, torch.nn.Linear))
+        unpack(model)
+        want = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+    assert torch.equal(packed, plain) and torch.equal(packed, want)
+    new = packed[:, ids.size(1):]
+    lengths = [next((i for i, t in enumerate(r) if t in stops), len(r)) for r in new.tolist()]
+    assert len(set(lengths)) > 1  # rows did stop apart: the riding-along path was exercised
+
+
+def test_packed_linear_matches_and_follows_weight_changes():
+    from rlft.packed_linear import available, pack, unpack
+
+    if not available():
+        pytest.skip("this torch has no MKL packed gemm")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Linear(40, 8, bias=False))
+    x = torch.randn(5, 24)
+    with torch.no_grad():
+        want = model(x)
+        assert pack(model, 5)
+        assert torch.allclose(model(x), want, atol=1e-5)
+        assert torch.equal(model(x[:3]), torch.nn.functional.linear(torch.nn.functional.linear(
+            x[:3], model[0].weight, model[0].bias), model[1].weight))  # another row count: the plain product
+        model[0].weight.mul_(2.0)  # an in-place update (a sampler refresh): re-packed at the next pack()
+        changed = torch.nn.functional.linear(torch.nn.functional.linear(x, model[0].weight, model[0].bias),
+                                             model[1].weight)
+        assert pack(model, 5) and torch.allclose(model(x), changed, atol=1e-5)
+        assert not torch.allclose(changed, want, atol=1e-3)
+        unpack(model)
+        assert "forward" not in model[0].__dict__
+        assert not pack(model.to(torch.bfloat16), 5)  # fp32 only
+        assert not pack(torch.nn.Sequential(torch.nn.Linear(4, 4)), 0)
+
+
+def test_reserved_cache_matches_dynamic_cache(model):
+    """The in-place cache gives DynamicCache's keys and values through prefill, decode steps, row selection
+    and a crop."""
+    from transformers import DynamicCache
+
+    from rlft.decode import reserved_cache
+
+    ids, mask = _prompts()
+    caches = [DynamicCache(config=model.config), reserved_cache(model.config, 4)]
+    with torch.no_grad():
+        for cache in caches:
+            model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
+            for step in range(6):  # past the reserved room: the buffers grow
+                m = torch.cat([mask, mask.new_ones(mask.size(0), step + 1)], dim=1)
+                model(input_ids=torch.full((ids.size(0), 1), 7 + step), attention_mask=m, cache=cache,
+                      use_cache=True)
+            cache.batch_select_indices(torch.tensor([4, 0, 2]))
+            cache.crop(-2)
+    for a, b in zip(caches[0].layers, caches[1].layers):
+        assert a.keys.shape == b.keys.shape == (3, *a.keys.shape[1:])
+        assert torch.allclose(a.keys, b.keys, atol=1e-6) and torch.allclose(a.values, b.values, atol=1e-6)
+    assert type(caches[1].layers[0]).__name__ == "ReservedLayer"

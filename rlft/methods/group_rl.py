@@ -122,6 +122,7 @@ def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_
     """The TRL trainer (GRPOTrainer or RLOOTrainer, with the per-prompt pass records and the section's
     prompt_sampler: rlft.methods.prompt_sampler) on the prepared model and reward; preflight.json written."""
     from rlft.data import to_dataset
+    from rlft.prompt_sharing import with_prompt_sharing
     from rlft.run import is_main_process, write_json
 
     if prepared.preflight is not None and is_main_process():
@@ -129,7 +130,8 @@ def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_
     tools = prepared.tools
     extra = {"max_tool_calling_iterations": tools.max_tool_calls} if tools is not None else {}
     args = build_trl_config(cfg, config_cls, out, False, **extra)
-    trainer_cls = with_band(trainer_cls, cfg.values[section]["prompt_sampler"])
+    # each prompt's forward once for its G rows (rlft.prompt_sharing; TRL's own path where it does not apply)
+    trainer_cls = with_prompt_sharing(with_band(trainer_cls, cfg.values[section]["prompt_sampler"]))
     trainer = trainer_cls(model=prepared.model, reward_funcs=[prepared.reward_fn], args=args,
                           processing_class=prepared.tok, train_dataset=indexed(to_dataset(prepared.train_rows)),
                           **(tools.trainer_kwargs() if tools is not None else {}))

@@ -1,0 +1,81 @@
+"""fp32 linear layers with their weights pre-packed for MKL, for decoding a few rows at a time on a CPU.
+
+A decode step multiplies a handful of rows (8 for 2 prompts x G 4) by every weight matrix of the model. For
+such skinny products MKL's sgemm spends most of its time re-packing the weight into its panel layout on each
+call: on SmolLM2-135M (576 x 1536, 8 rows, one thread, an Intel Xeon with AVX-512) `F.linear` took 0.61-0.80
+ms, at 4-6 GB/s of weight read, while the same product against a weight packed once
+(`torch.ops.mkl._mkl_reorder_linear_weight`, the op torch.compile's CPU freezing pass uses) took 0.37-0.49
+ms; decoding 8 x 48 tokens went from 5.9 s to 3.9 s with the same greedy tokens (BENCHMARKS.md).
+
+The catch is MKL's: a packed weight serves only the row count it was packed for; any other count falls
+back to the plain product. So `pack(model, rows)` packs for one count and rlft.decode keeps its batch at that
+count (finished rows ride along) while it decodes from a packed model. Packing costs one more copy of the
+weights in memory (540 MB for SmolLM2-135M) and ~0.2 s; it is redone for a layer whose weight changed (its
+in-place version counter moved) or for another row count.
+
+Used only where it applies: float32 weights on the CPU, a torch built with MKL's packed-gemm ops; nothing
+happens elsewhere (bf16 copies, GPUs, other builds), and `pack` says so by returning False.
+"""
+
+from __future__ import annotations
+
+# the most rows a packed decode is used for: beyond this the plain product is efficient (and the batch
+# too large to keep whole when most of its rows have finished)
+MAX_ROWS = 32
+
+
+def available() -> bool:
+    """Whether this torch has MKL's packed sgemm ops."""
+    import torch
+
+    if not torch.backends.mkl.is_available():
+        return False
+    try:
+        return hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight") and hasattr(torch.ops.mkl, "_mkl_linear")
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _linears(model):
+    import torch
+
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def pack(model, rows: int) -> bool:
+    """Pack every fp32 CPU nn.Linear of `model` for products of `rows` rows (re-packing those whose weight
+    changed since); True when the whole model is packed for `rows`, False where packing does not apply."""
+    import torch
+
+    if rows < 1 or rows > MAX_ROWS or not available():
+        return False
+    layers = _linears(model)
+    if not layers or any(m.weight.dtype != torch.float32 or m.weight.device.type != "cpu" for m in layers):
+        return False
+    with torch.no_grad():
+        for m in layers:
+            state = (rows, m.weight._version, m.weight.data_ptr())
+            if getattr(m, "rlft_packed_state", None) != state:
+                m.rlft_packed = torch.ops.mkl._mkl_reorder_linear_weight(m.weight.detach(), rows)
+                m.rlft_packed_state = state
+                m.forward = _packed_forward.__get__(m)
+    return True
+
+
+def unpack(model) -> None:
+    """Drop the packed weights; the layers compute as plain nn.Linear again."""
+    for m in _linears(model):
+        for attr in ("rlft_packed", "rlft_packed_state", "forward"):
+            m.__dict__.pop(attr, None)
+
+
+def _packed_forward(self, x):
+    import torch
+
+    flat = x.reshape(-1, x.size(-1))
+    rows = self.rlft_packed_state[0]
+    if flat.size(0) != rows or x.requires_grad or x.dtype != torch.float32:
+        return torch.nn.functional.linear(x, self.weight, self.bias)
+    bias = None if self.bias is None else self.bias.detach()
+    out = torch.ops.mkl._mkl_linear(flat, self.rlft_packed, self.weight.detach(), bias, rows)
+    return out.reshape(*x.shape[:-1], out.size(-1))

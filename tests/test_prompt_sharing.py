@@ -1,0 +1,106 @@
+"""rlft.prompt_sharing: each prompt computed once gives TRL's log-probabilities, entropies and gradients."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def _policy(tiny_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
+    with torch.no_grad():  # a trained adapter: B away from its zero start, so the LoRA path carries gradient
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    return model
+
+
+def _batch():
+    """2 prompts x G 3 as TRL lays a step out: prompts left-padded to one width, completions right-padded
+    after their stop token, the groups interleaved so that sharing must find them by content."""
+    prompts = [[0, 0, 0, 11, 12, 13, 14], [21, 22, 23, 24, 25, 26, 27]]
+    completions = [[31, 32, 33, 3, 0, 0], [34, 35, 3, 0, 0, 0], [36, 37, 38, 39, 40, 41],
+                   [42, 3, 0, 0, 0, 0], [43, 44, 45, 46, 3, 0], [47, 48, 49, 50, 51, 52]]
+    ids = torch.tensor([prompts[i % 2] + c for i, c in enumerate(completions)])
+    prompt_mask = torch.tensor([[int(t != 0) for t in prompts[i % 2]] for i in range(6)])
+    completion_mask = torch.tensor([[1 if j <= (c.index(3) if 3 in c else 99) else 0 for j in range(6)]
+                                    for c in completions])
+    return ids, torch.cat([prompt_mask, completion_mask], dim=1), 6
+
+
+def _run(fn, model):
+    model.zero_grad()
+    logps, entropy = fn()
+    (logps.sum() + 0.5 * entropy.sum()).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logps.detach(), entropy.detach(), grads
+
+
+def test_shared_prompt_pass_equals_the_full_pass(tiny_dir):
+    from rlft.prompt_sharing import applies, per_token_logps
+
+    model = _policy(tiny_dir)
+    ids, mask, keep = _batch()
+
+    def full():
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, :-keep] = -100
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        return out.log_probs[:, -keep:], out.entropy[:, -keep:]
+
+    assert applies(model, ids, keep)
+    want = _run(full, model)
+    got = _run(lambda: per_token_logps(model, ids, mask, keep, compute_entropy=True), model)
+    scored = mask[:, -keep:].bool()
+    assert torch.allclose(got[0][scored], want[0][scored], atol=1e-5, rtol=1e-4)
+    assert torch.allclose(got[1][scored], want[1][scored], atol=1e-5, rtol=1e-4)
+    assert want[2].keys() == got[2].keys() and any("lora_A" in n for n in want[2])
+    for name, grad in want[2].items():
+        assert torch.allclose(got[2][name], grad, atol=1e-5, rtol=1e-3), name
+    assert (want[0][scored] != 0).all()  # a real comparison: the scored positions carry log-probabilities
+
+
+def test_nothing_shared_or_not_applicable_falls_back(tiny_dir):
+    from rlft.prompt_sharing import applies, per_token_logps
+
+    model = _policy(tiny_dir)
+    ids, mask, keep = _batch()
+    assert per_token_logps(model, ids[:2], mask[:2], keep) is None  # two different prompts: nothing to share
+    assert not applies(model, ids[:, :8], 7)  # a one-token prompt block
+    model.base_model.model.gradient_checkpointing_enable()
+    assert not applies(model, ids, keep)
+
+
+def test_grpo_trainer_with_prompt_sharing_matches_trls_method(tiny_dir, tmp_path):
+    """The subclass's override returns what TRL's own method returns, through the trainer's own call."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlft.prompt_sharing import with_prompt_sharing
+
+    model = _policy(tiny_dir)
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=6, num_generations=3,
+                      max_completion_length=6, use_cpu=True, report_to=[], temperature=0.7)
+    cls = with_prompt_sharing(GRPOTrainer)
+    from transformers import AutoTokenizer
+
+    trainer = cls(model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)], args=args,
+                  train_dataset=Dataset.from_list([{"prompt": "a b"}] * 4),
+                  processing_class=AutoTokenizer.from_pretrained(tiny_dir))
+    ids, mask, keep = _batch()
+    plain = GRPOTrainer._get_per_token_logps_and_entropies
+    want, want_h, _ = plain(trainer, trainer.model, ids, mask, keep, batch_size=6, compute_entropy=True)
+    got, got_h, aux = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep, batch_size=6,
+                                                                 compute_entropy=True)
+    scored = mask[:, -keep:].bool()
+    assert aux is None and got.shape == want.shape
+    assert torch.allclose(got[scored], want[scored], atol=1e-5, rtol=1e-4)
+    assert torch.allclose(got_h[scored], want_h[scored], atol=1e-5, rtol=1e-4)
