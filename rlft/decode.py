@@ -110,7 +110,6 @@ def _reserved_layer_class():
             self.room, self.filled, self.buffers = room, 0, None
 
         def update(self, key_states, value_states, *args, **kwargs):
-            import torch
 
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
