@@ -279,3 +279,28 @@ def test_reserved_cache_matches_dynamic_cache(model):
         assert a.keys.shape == b.keys.shape == (3, *a.keys.shape[1:])
         assert torch.allclose(a.keys, b.keys, atol=1e-6) and torch.allclose(a.values, b.values, atol=1e-6)
     assert type(caches[1].layers[0]).__name__ == "ReservedLayer"
+
+
+def test_narrow_cpu_tiles_give_the_same_log_probs_and_gradients(monkeypatch):
+    """rlft.trl_cpu.narrow_cpu_tiles: TRL's fused LM head with 8,192-wide vocabulary tiles gives what its
+    32,768-wide tiles give, on a vocabulary wide enough to take several tiles."""
+    import trl.trainer.utils as trl_utils
+    from trl.kernels import ChunkedLogProbFunction
+
+    from rlft.trl_cpu import CPU_TILE, narrow_cpu_tiles
+
+    monkeypatch.setattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", 32768)
+    assert narrow_cpu_tiles() and trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE == CPU_TILE
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(20000, 32, generator=g) * 0.3
+    targets = torch.randint(0, 20000, (40,), generator=g)
+
+    def run(width):
+        hidden = (torch.randn(40, 32, generator=torch.Generator().manual_seed(1))).requires_grad_()
+        logps, entropy, *_ = ChunkedLogProbFunction.apply(hidden, weight, None, targets, 0.7, width, None, 1.0,
+                                                         ("log_probs", "entropy"))
+        (logps.sum() + 0.3 * entropy.sum()).backward()
+        return logps.detach(), entropy.detach(), hidden.grad
+
+    for wide, narrow in zip(run(32768), run(CPU_TILE)):
+        assert torch.allclose(wide, narrow, atol=1e-5, rtol=1e-4)
