@@ -81,3 +81,51 @@ def test_preflight_advice_names_the_runs_own_section():
     assert any("--set rloo.num_generations=8" in a for a in advice)
     assert any("--set rloo.max_completion_length" in a for a in advice)
     assert not any("grpo." in a for a in advice)
+
+
+def test_skipping_the_old_logps_pass_gives_trls_update(tiny_dir, tmp_path, monkeypatch):
+    """rlft.methods.rloo.with_current_old_logps: on-policy (one iteration, beta 0) the trainer skips TRL's
+    no-grad pass and the update is TRL's own, to float rounding; with beta > 0 the pass runs."""
+    torch = pytest.importorskip("torch")
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import RLOOConfig, RLOOTrainer
+
+    from rlft.methods.rloo import with_current_old_logps
+
+    def reward(completions, **_):  # varied rewards, so every group has advantages and the step has a gradient
+        return [float(len(c) % 7) for c in completions]
+
+    passes = []  # TRL's own log-prob passes (the method every subclass ends in): with or without gradient
+    trls = RLOOTrainer._get_per_token_logps_and_entropies
+
+    def counted(*a, **k):
+        passes.append(torch.is_grad_enabled())
+        return trls(*a, **k)
+
+    monkeypatch.setattr(RLOOTrainer, "_get_per_token_logps_and_entropies", counted)
+
+    def run(cls, beta=0.0):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+        args = RLOOConfig(output_dir=str(tmp_path / cls.__name__), per_device_train_batch_size=4, num_generations=2,
+                          max_completion_length=8, max_steps=2, learning_rate=1e-2, beta=beta, use_cpu=True,
+                          report_to=[], save_strategy="no", seed=3, logging_steps=1, disable_tqdm=True)
+        trainer = cls(model=model, reward_funcs=[reward], args=args,
+                      train_dataset=Dataset.from_list([{"prompt": f"{i} + {i} ="} for i in range(8)]),
+                      processing_class=AutoTokenizer.from_pretrained(tiny_dir),
+                      peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
+        passes.clear()
+        trainer.train()
+        return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}, list(passes)
+
+    want, trl_passes = run(RLOOTrainer)
+    got, rlft_passes = run(with_current_old_logps(RLOOTrainer))
+    assert trl_passes.count(False) == 2 and rlft_passes.count(False) == 0  # TRL's no-grad pass, once a step
+    assert want.keys() == got.keys() and any(not torch.allclose(p, torch.zeros_like(p)) for n, p in want.items()
+                                             if "lora_B" in n)  # the steps moved the adapter
+    for name, p in want.items():
+        assert torch.allclose(got[name], p, atol=1e-6, rtol=1e-5), name
+    _, kl_passes = run(with_current_old_logps(RLOOTrainer), beta=0.05)
+    assert kl_passes.count(False) >= 2  # with a KL term TRL's old (and reference) passes run

@@ -118,9 +118,10 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
     return Prepared(train_rows, eval_rows, tok=tok, model=model, reward_fn=reward_fn, preflight=result, tools=tools)
 
 
-def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_cls):
+def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_cls, outer=None):
     """The TRL trainer (GRPOTrainer or RLOOTrainer, with the per-prompt pass records and the section's
-    prompt_sampler: rlft.methods.prompt_sampler) on the prepared model and reward; preflight.json written."""
+    prompt_sampler: rlft.methods.prompt_sampler) on the prepared model and reward; preflight.json written.
+    `outer`: a method's own subclass, wrapped around rlft's (its overrides run first)."""
     from rlft.data import to_dataset
     from rlft.prompt_sharing import with_prompt_sharing
     from rlft.run import is_main_process, write_json
@@ -132,6 +133,8 @@ def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_
     args = build_trl_config(cfg, config_cls, out, False, **extra)
     # each prompt's forward once for its G rows (rlft.prompt_sharing; TRL's own path where it does not apply)
     trainer_cls = with_prompt_sharing(with_band(trainer_cls, cfg.values[section]["prompt_sampler"]))
+    if outer is not None:
+        trainer_cls = outer(trainer_cls)
     trainer = trainer_cls(model=prepared.model, reward_funcs=[prepared.reward_fn], args=args,
                           processing_class=prepared.tok, train_dataset=indexed(to_dataset(prepared.train_rows)),
                           **(tools.trainer_kwargs() if tools is not None else {}))
