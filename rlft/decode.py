@@ -151,6 +151,15 @@ def _reserved_layer_class():
     return ReservedLayer
 
 
+def plain_layers(cache) -> bool:
+    """Whether every layer of a transformers cache keeps keys and values per row (DynamicLayer and its sliding
+    and indexed kinds), so rows can be selected and repeated; hybrid models' linear-attention layers do not."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(isinstance(layer, DynamicLayer) for layer in layers)
+
+
 def reserved_cache(config, room: int):
     """A DynamicCache whose plain layers write new tokens in place, with room for `room` of them after the
     first update (sliding-window and other special layers are kept as transformers builds them)."""
@@ -200,6 +209,8 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
     distinct, inverse = torch.unique(keyed, dim=0, return_inverse=True)
     ids, mask = distinct[:, :width], distinct[:, width:]
     cache = reserved_cache(model.config, room)
+    if not plain_layers(cache):  # hybrid models' linear-attention layers: generate handles them
+        return None
     key = _cache_key(model)
     position = mask.long().cumsum(-1) - 1
     position = position.masked_fill(mask == 0, 0)

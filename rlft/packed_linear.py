@@ -10,8 +10,10 @@ ms; decoding 8 x 48 tokens went from 5.9 s to 3.9 s with the same greedy tokens 
 The catch is MKL's: a packed weight serves only the row count it was packed for; any other count falls
 back to the plain product. So `pack(model, rows)` packs for one count and rlft.decode keeps its batch at that
 count (finished rows ride along) while it decodes from a packed model. Packing costs one more copy of the
-weights in memory (540 MB for SmolLM2-135M) and ~0.2 s; it is redone for a layer whose weight changed (its
-in-place version counter moved) or for another row count.
+weights in memory (540 MB for SmolLM2-135M) and ~0.2 s; it is redone at the next `pack` for a layer whose
+weight changed (its in-place version counter moved) or for another row count. Until then a changed weight is
+multiplied plainly, never through its stale pack, and a `pack` that declines (too many rows, another dtype)
+drops every pack. A packed model cannot be deep-copied (MKL's packed tensors have no storage): `unpack` first.
 
 Used only where it applies: float32 weights on the CPU, a torch built with MKL's packed-gemm ops; nothing
 happens elsewhere (bf16 copies, GPUs, other builds), and `pack` says so by returning False.
@@ -47,10 +49,10 @@ def pack(model, rows: int) -> bool:
     changed since); True when the whole model is packed for `rows`, False where packing does not apply."""
     import torch
 
-    if rows < 1 or rows > MAX_ROWS or not available():
-        return False
     layers = _linears(model)
-    if not layers or any(m.weight.dtype != torch.float32 or m.weight.device.type != "cpu" for m in layers):
+    if rows < 1 or rows > MAX_ROWS or not available() or not layers or any(
+            m.weight.dtype != torch.float32 or m.weight.device.type != "cpu" for m in layers):
+        unpack(model)  # packs for another count or older weights must not outlive a refusal
         return False
     with torch.no_grad():
         for m in layers:
@@ -73,8 +75,11 @@ def _packed_forward(self, x):
     import torch
 
     flat = x.reshape(-1, x.size(-1))
-    rows = self.rlft_packed_state[0]
-    if flat.size(0) != rows or x.requires_grad or x.dtype != torch.float32:
+    rows, version, pointer = self.rlft_packed_state
+    if (flat.size(0) != rows or x.dtype != torch.float32 or self.weight._version != version
+            or self.weight.data_ptr() != pointer
+            or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
+        # another row count, a weight changed since it was packed, or a product autograd must see: plain
         return torch.nn.functional.linear(x, self.weight, self.bias)
     bias = None if self.bias is None else self.bias.detach()
     out = torch.ops.mkl._mkl_linear(flat, self.rlft_packed, self.weight.detach(), bias, rows)

@@ -15,8 +15,9 @@ so the log-probabilities and their gradients are those of the full pass up to fl
 fused LM head as TRL calls it (`fused_lm_head=True` with labels), so temperature and the entropy are TRL's.
 
 It applies where the trainer's call is a plain text batch on the CPU (no images, no MoE auxiliary loss),
-the model is not gradient-checkpointed (checkpointing recomputes layers without the cache) and at least two
-rows share a prompt; anything else returns None and TRL's own path runs.
+the model is not gradient-checkpointed (checkpointing recomputes layers without the cache), its KV cache is
+made of per-row key/value layers (not the linear-attention or state-space layers of hybrid models) and at
+least two rows share a prompt; anything else returns None and TRL's own path runs.
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ def per_token_logps(model, input_ids, attention_mask, logits_to_keep: int, compu
         return None
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     cache = DynamicCache(config=inner.config)
+    from rlft.decode import plain_layers
+
+    if not plain_layers(cache):  # linear-attention / state-space layers cannot be copied row-wise: TRL's path
+        return None
     key = _cache_key(model)
     head = width - 1  # the prompt's last token goes with the completion: its output scores the first new token
     model(input_ids=distinct[:, :head], attention_mask=distinct[:, width:width + head],

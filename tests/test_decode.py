@@ -304,3 +304,73 @@ def test_narrow_cpu_tiles_give_the_same_log_probs_and_gradients(monkeypatch):
 
     for wide, narrow in zip(run(32768), run(CPU_TILE)):
         assert torch.allclose(wide, narrow, atol=1e-5, rtol=1e-4)
+
+
+def test_a_stale_pack_is_never_used(tiny_dir):
+    """Weights refreshed in place after packing for 4 rows, then a decode of 40 rows (more than MAX_ROWS: pack
+    declines) whose finished rows leave until 4 are left: the tokens are the unpacked model's (review of the
+    packed sampling copy: a stale pack used to serve those 4 rows)."""
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    from rlft.decode import decode
+    from rlft.packed_linear import available
+
+    if not available():
+        pytest.skip("this torch has no MKL packed gemm")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    a, b = [0, 0, 10, 20, 30], [5, 6, 7, 8, 9]
+    with torch.no_grad():
+        ids = torch.tensor([a, b])
+        first = decode(model, input_ids=ids, attention_mask=ids.ne(0).long(),
+                       generation_config=GenerationConfig(max_new_tokens=1, do_sample=False, pad_token_id=0,
+                                                          eos_token_id=[1]))
+        stop = int(first[0, -1])  # prompt a's first greedy token: its rows stop at step 0
+        assert int(first[1, -1]) != stop
+        cfg = GenerationConfig(max_new_tokens=12, do_sample=False, pad_token_id=0, eos_token_id=[stop])
+        small = torch.tensor([b] * 4)
+        decode(model, input_ids=small, attention_mask=small.ne(0).long(), generation_config=cfg, pack=True)
+        g = torch.Generator().manual_seed(1)
+        for p in model.parameters():  # a refresh: weights rewritten in place
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+        plain = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+        plain.load_state_dict(model.state_dict())
+        assert torch.allclose(model(input_ids=small[:, :1]).logits, plain(input_ids=small[:, :1]).logits,
+                              atol=1e-5)  # 4 rows, the count packed for: the changed weights, not the pack
+        big = torch.tensor([a] * 36 + [b] * 4)
+        got = decode(model, input_ids=big, attention_mask=big.ne(0).long(), generation_config=cfg, pack=True)
+        want = decode(plain, input_ids=big, attention_mask=big.ne(0).long(), generation_config=cfg)
+    assert torch.equal(got, want)
+    assert not any("rlft_packed" in m.__dict__ for m in model.modules())  # the declined pack dropped them
+
+
+def _hybrid_model():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    cfg = AutoConfig.for_model("qwen3_5_text", vocab_size=64, hidden_size=32, intermediate_size=64,
+                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                               layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+                               linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+                               pad_token_id=0)
+    return AutoModelForCausalLM.from_config(cfg).eval()
+
+
+def test_hybrid_models_fall_back_to_trl_and_generate():
+    """A model with linear-attention cache layers: prompt sharing and rlft's decode step aside (None) instead
+    of failing, and TRL's path / generate run."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    from rlft.decode import decode
+    from rlft.prompt_sharing import per_token_logps
+
+    try:
+        model = _hybrid_model()
+    except (ValueError, KeyError, ImportError) as exc:
+        pytest.skip(f"this transformers has no qwen3_5_text: {exc}")
+    ids = torch.tensor([[0, 11, 12, 13, 31, 32], [0, 11, 12, 13, 33, 34], [21, 22, 23, 24, 35, 36]])
+    mask = ids.ne(0).long()
+    with torch.no_grad():
+        assert decode(model, input_ids=ids, attention_mask=mask, generation_config=_config(max_new_tokens=3)) is None
+        add_fused_lm_head(model, outputs=("log_probs",))
+        assert per_token_logps(model, ids, mask, 2) is None

@@ -79,8 +79,13 @@ def test_nothing_shared_or_not_applicable_falls_back(tiny_dir):
     assert not applies(model, ids, keep)
 
 
-def test_grpo_trainer_with_prompt_sharing_matches_trls_method(tiny_dir, tmp_path):
+def test_grpo_trainer_with_prompt_sharing_matches_trls_method(tiny_dir, tmp_path, monkeypatch):
     """The subclass's override returns what TRL's own method returns, through the trainer's own call."""
+    import rlft.prompt_sharing as sharing
+
+    shared = []
+    real = sharing.per_token_logps
+    monkeypatch.setattr(sharing, "per_token_logps", lambda *a, **k: shared.append(1) or real(*a, **k))
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -101,6 +106,7 @@ def test_grpo_trainer_with_prompt_sharing_matches_trls_method(tiny_dir, tmp_path
     got, got_h, aux = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep, batch_size=6,
                                                                  compute_entropy=True)
     scored = mask[:, -keep:].bool()
+    assert shared == [1]  # the trainer's call went through the shared-prompt path
     assert aux is None and got.shape == want.shape
     assert torch.allclose(got[scored], want[scored], atol=1e-5, rtol=1e-4)
     assert torch.allclose(got_h[scored], want_h[scored], atol=1e-5, rtol=1e-4)

@@ -106,7 +106,7 @@ def test_skipping_the_old_logps_pass_gives_trls_update(tiny_dir, tmp_path, monke
 
     monkeypatch.setattr(RLOOTrainer, "_get_per_token_logps_and_entropies", counted)
 
-    def run(cls, beta=0.0):
+    def run(cls, beta=0.0, lora_dropout=0.0):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_pretrained(tiny_dir)
         args = RLOOConfig(output_dir=str(tmp_path / cls.__name__), per_device_train_batch_size=4, num_generations=2,
@@ -115,7 +115,8 @@ def test_skipping_the_old_logps_pass_gives_trls_update(tiny_dir, tmp_path, monke
         trainer = cls(model=model, reward_funcs=[reward], args=args,
                       train_dataset=Dataset.from_list([{"prompt": f"{i} + {i} ="} for i in range(8)]),
                       processing_class=AutoTokenizer.from_pretrained(tiny_dir),
-                      peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
+                      peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
+                                             lora_dropout=lora_dropout))
         passes.clear()
         trainer.train()
         return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}, list(passes)
@@ -129,3 +130,5 @@ def test_skipping_the_old_logps_pass_gives_trls_update(tiny_dir, tmp_path, monke
         assert torch.allclose(got[name], p, atol=1e-6, rtol=1e-5), name
     _, kl_passes = run(with_current_old_logps(RLOOTrainer), beta=0.05)
     assert kl_passes.count(False) >= 2  # with a KL term TRL's old (and reference) passes run
+    _, dropout_passes = run(with_current_old_logps(RLOOTrainer), lora_dropout=0.1)
+    assert dropout_passes.count(False) == 2  # dropout: two passes draw two masks, TRL's ratio is not 1

@@ -12,11 +12,12 @@ matches rlft's GRPO and halves the model memory. Set `--set rloo.beta=0.05` for 
 
 Departure from TRL's trainer: TRL's RLOO runs the model once more per step, without gradient, for the
 "old" log-probabilities of its clipped ratio, even when the update follows the sampling at once (one
-iteration, one generation per optimizer step), where they are the current ones: the ratio is exp(0) = 1.
+iteration, one generation per optimizer step, no dropout), where they are the current ones: the ratio is
+exp(0) = 1.
 Then rlft skips that pass and gives the loss the current log-probabilities, detached, as the old ones: the
 same values, loss and gradient (tests/test_rloo.py compares a step with TRL's), one forward fewer (~1 s of a
-SmolLM2 step on one CPU thread). With beta > 0, several iterations or generations reused across steps,
-TRL's pass runs as before.
+SmolLM2 step on one CPU thread). With beta > 0, several iterations, generations reused across steps or
+dropout on (`disable_dropout: false`), TRL's pass runs as before.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def with_current_old_logps(trainer_cls):
         def _old_logps_are_current(self) -> bool:
             a = self.args
             return (self.num_iterations == 1 and a.steps_per_generation == a.gradient_accumulation_steps
-                    and not self.beta and not getattr(a, "use_vllm", False))
+                    and not self.beta and not getattr(a, "use_vllm", False) and _deterministic(self.model))
 
         def _generate_and_score_completions(self, inputs):
             self.rlft_generating, self.rlft_old_skipped = True, False
@@ -89,6 +90,17 @@ def with_current_old_logps(trainer_cls):
                 self.rlft_loss_inputs = None
 
     return CurrentOldLogps
+
+
+def _deterministic(model) -> bool:
+    """No dropout anywhere (rlft's default for on-policy methods): with dropout TRL's two passes draw different
+    masks, so its ratio is not exactly 1 and the skip would not give TRL's update."""
+    import torch
+
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
+        return False
+    configs = [getattr(m, "config", None) for m in model.modules() if hasattr(m, "config")]
+    return not any(getattr(c, "attention_dropout", 0) for c in configs if c is not None)
 
 
 def after(cfg: RunConfig, trainer, prepared: Prepared, console: Console) -> dict[str, float]:
