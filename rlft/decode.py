@@ -54,7 +54,7 @@ def supported(config, model) -> bool:
         return False
     if config.cache_implementation not in (None, "dynamic"):
         return False
-    return _cache_key(model) is not None and "logits_to_keep" in _forward_params(model)
+    return cache_key(model) is not None and "logits_to_keep" in _forward_params(model)
 
 
 def _forward_params(model) -> set[str]:
@@ -63,7 +63,7 @@ def _forward_params(model) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
-def _cache_key(model) -> str | None:
+def cache_key(model) -> str | None:
     """The forward argument that takes the KV cache (`cache` from transformers 5.2x, `past_key_values` before)."""
     params = _forward_params(model)
     return next((k for k in ("cache", "past_key_values") if k in params), None)
@@ -110,7 +110,6 @@ def _reserved_layer_class():
             self.room, self.filled, self.buffers = room, 0, None
 
         def update(self, key_states, value_states, *args, **kwargs):
-
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             new = key_states.shape[-2]
@@ -149,6 +148,17 @@ def _reserved_layer_class():
             super().reset()
 
     return ReservedLayer
+
+
+def distinct_rows(input_ids, attention_mask):
+    """The distinct (tokens, mask) rows of a left-padded batch and, per row, the index of its distinct row:
+    (ids, mask, inverse), so that ids[inverse] is input_ids again (GRPO's G repeats of a prompt: one row)."""
+    import torch
+
+    width = input_ids.size(1)
+    keyed = torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1)
+    distinct, inverse = torch.unique(keyed, dim=0, return_inverse=True)
+    return distinct[:, :width], distinct[:, width:], inverse
 
 
 def plain_layers(cache) -> bool:
@@ -205,22 +215,20 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
         return input_ids
 
     # one prefill per distinct prompt, its cache rows copied to every repeat
-    keyed = torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1)
-    distinct, inverse = torch.unique(keyed, dim=0, return_inverse=True)
-    ids, mask = distinct[:, :width], distinct[:, width:]
+    ids, mask, inverse = distinct_rows(input_ids, attention_mask)
     cache = reserved_cache(model.config, room)
     if not plain_layers(cache):  # hybrid models' linear-attention layers: generate handles them
         return None
-    key = _cache_key(model)
+    key = cache_key(model)
     position = mask.long().cumsum(-1) - 1
     position = position.masked_fill(mask == 0, 0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position, **{key: cache},
                    use_cache=True, logits_to_keep=1).logits[:, -1].float()
-    if distinct.size(0) != rows:
+    if ids.size(0) != rows:
         cache.batch_select_indices(inverse)
         logits = logits[inverse]
     mask = attention_mask.clone()
-    last_position = position[inverse, -1] if distinct.size(0) != rows else position[:, -1]
+    last_position = position[inverse, -1] if ids.size(0) != rows else position[:, -1]
     alive = torch.arange(rows, device=input_ids.device)  # the output rows still in the batch
     if pack:
         from rlft.packed_linear import pack as pack_linears

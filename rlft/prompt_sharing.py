@@ -31,44 +31,39 @@ def applies(model, input_ids, logits_to_keep: int) -> bool:
         return False
     if input_ids.size(1) - logits_to_keep < 2:
         return False
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = _inner(model)
     checkpointing = next((a for a in ("is_activation_checkpointing", "is_gradient_checkpointing")
                           if hasattr(type(inner), a)), None)
     if checkpointing is not None and getattr(inner, checkpointing):
         return False
-    return _cache_key(model) is not None
+    from rlft.decode import cache_key
+
+    return cache_key(inner) is not None
 
 
-def _cache_key(model) -> str | None:
-    """The name the model's forward takes its KV cache under (`cache` from transformers 5.2x, else
-    `past_key_values`), looked up on the innermost model that declares one."""
-    import inspect
-
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = set(inspect.signature(type(inner).forward).parameters)
-    return next((k for k in ("cache", "past_key_values") if k in params), None)
+def _inner(model):
+    """The transformers model under a peft wrapper (the model itself without one)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def per_token_logps(model, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool = False):
     """(log-probabilities, entropies or None) of each row's last `logits_to_keep` tokens, as TRL's
     `_get_per_token_logps_and_entropies` returns them for one chunk, or None where no prompt is shared."""
-    import torch
     from transformers import DynamicCache
 
-    width = input_ids.size(1) - logits_to_keep  # the prompt block, left-padded to one width
-    keyed = torch.cat([input_ids[:, :width], attention_mask[:, :width].to(input_ids.dtype)], dim=1)
-    distinct, inverse = torch.unique(keyed, dim=0, return_inverse=True)
-    if distinct.size(0) == input_ids.size(0):
-        return None
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    cache = DynamicCache(config=inner.config)
-    from rlft.decode import plain_layers
+    from rlft.decode import cache_key, distinct_rows, plain_layers
 
+    width = input_ids.size(1) - logits_to_keep  # the prompt block, left-padded to one width
+    prompts, prompt_mask, inverse = distinct_rows(input_ids[:, :width], attention_mask[:, :width])
+    if prompts.size(0) == input_ids.size(0):
+        return None
+    inner = _inner(model)
+    cache = DynamicCache(config=inner.config)
     if not plain_layers(cache):  # linear-attention / state-space layers cannot be copied row-wise: TRL's path
         return None
-    key = _cache_key(model)
+    key = cache_key(inner)
     head = width - 1  # the prompt's last token goes with the completion: its output scores the first new token
-    model(input_ids=distinct[:, :head], attention_mask=distinct[:, width:width + head],
+    model(input_ids=prompts[:, :head], attention_mask=prompt_mask[:, :head],
           **{key: cache}, use_cache=True, logits_to_keep=1)
     cache.batch_select_indices(inverse)
     labels = input_ids.masked_fill(attention_mask == 0, -100)
