@@ -15,11 +15,23 @@ weight changed (its in-place version counter moved) or for another row count. Un
 multiplied plainly, never through its stale pack, and a `pack` that declines (too many rows, another dtype)
 drops every pack. A packed model cannot be deep-copied (MKL's packed tensors have no storage): `unpack` first.
 
+Where packs live. Re-packing after every sampler refresh made 540 MB of new long-lived blocks per step in the
+middle of the training step's temporaries: allocated in the main thread, they took the holes the last step's
+activations left, the next step's activations no longer fitted, and the heap grew by 0.2-1 GB a step (RSS
+3.2 -> 5.1 GB over 5 `rlft grpo` steps on SmolLM2, against 3.6 GB with the packs never remade). On the VMs
+rlft is measured on, every newly touched page costs 2-25 us in the kernel (`perf`: clear_page under page
+faults), so that growth was 1-4 s of system time a step. Packs are now made by one worker thread: glibc gives
+each thread its own malloc arena, so packs only ever replace packs (the stale ones are freed first, the new
+ones have the same sizes), and the main thread's heap holds the step's temporaries alone: peak RSS 4.4-4.8
+-> 4.0 GB, system time 2.0-2.5 s -> 0.6-1.0 s a step (5-step runs, one thread; BENCHMARKS.md).
+
 Used only where it applies: float32 weights on the CPU, a torch built with MKL's packed-gemm ops; nothing
 happens elsewhere (bf16 copies, GPUs, other builds), and `pack` says so by returning False.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 # the most rows a packed decode is used for: beyond this the plain product is efficient (and the batch
 # too large to keep whole when most of its rows have finished)
@@ -54,14 +66,40 @@ def pack(model, rows: int) -> bool:
             m.weight.dtype != torch.float32 or m.weight.device.type != "cpu" for m in layers):
         unpack(model)  # packs for another count or older weights must not outlive a refusal
         return False
-    with torch.no_grad():
-        for m in layers:
-            state = (rows, m.weight._version, m.weight.data_ptr())
-            if getattr(m, "rlft_packed_state", None) != state:
-                m.rlft_packed = torch.ops.mkl._mkl_reorder_linear_weight(m.weight.detach(), rows)
-                m.rlft_packed_state = state
-                m.forward = _packed_forward.__get__(m)
+    states = [(rows, m.weight._version, m.weight.data_ptr()) for m in layers]
+    stale = [(m, state) for m, state in zip(layers, states) if getattr(m, "rlft_packed_state", None) != state]
+    for m, _ in stale:  # free every stale pack first: the new ones (same sizes, same order) reuse that memory
+        for attr in ("rlft_packed", "rlft_packed_state", "forward"):  # plain nn.Linear until re-packed
+            m.__dict__.pop(attr, None)
+    if stale:
+        packed = _packer().submit(_reorder, [m.weight for m, _ in stale], rows).result()
+        for (m, state), weight in zip(stale, packed):
+            m.rlft_packed, m.rlft_packed_state = weight, state
+            m.forward = _packed_forward.__get__(m)
     return True
+
+
+def _reorder(weights, rows: int):
+    import torch
+
+    with torch.no_grad():
+        return [torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), rows) for w in weights]
+
+
+_PACKER: tuple[int, Any] | None = None  # (pid, the one-thread executor that allocates every pack)
+
+
+def _packer():
+    """The thread that packs. glibc gives each thread its own malloc arena, so packs allocated there never sit
+    between the training step's temporaries in the main thread's heap: re-packed every step in the main
+    thread, they left holes the next step's activations did not fit, and the heap grew (see module docstring)."""
+    global _PACKER
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    if _PACKER is None or _PACKER[0] != os.getpid():  # a forked child has no such thread: make its own
+        _PACKER = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="rlft-pack"))
+    return _PACKER[1]
 
 
 def unpack(model) -> None:

@@ -257,6 +257,38 @@ def test_packed_linear_matches_and_follows_weight_changes():
         assert not pack(torch.nn.Sequential(torch.nn.Linear(4, 4)), 0)
 
 
+def test_packs_are_allocated_in_their_own_thread_and_only_stale_layers_are_redone(monkeypatch):
+    """Packs come from the packer thread (its own glibc arena: they never sit between a step's temporaries);
+    a re-pack redoes only the layers whose weight changed; a pack that fails leaves plain layers, not stale
+    packs."""
+    import threading
+
+    import rlft.packed_linear as pl
+
+    if not pl.available():
+        pytest.skip("this torch has no MKL packed gemm")
+    seen = []
+    real = pl._reorder
+    monkeypatch.setattr(pl, "_reorder", lambda weights, rows: seen.append(
+        (threading.current_thread().name, len(weights))) or real(weights, rows))
+    model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Linear(40, 8))
+    x = torch.randn(4, 24)
+    with torch.no_grad():
+        assert pl.pack(model, 4)
+        model[1].weight.add_(1.0)
+        assert pl.pack(model, 4) and pl.pack(model, 4)  # the third call finds nothing stale
+        assert [n for n, _ in seen] and all(n.startswith("rlft-pack") for n, _ in seen)
+        assert [k for _, k in seen] == [2, 1]
+        model[0].weight.add_(1.0)
+        monkeypatch.setattr(pl, "_reorder", lambda weights, rows: (_ for _ in ()).throw(MemoryError("no room")))
+        with pytest.raises(MemoryError):
+            pl.pack(model, 4)
+        assert "forward" not in model[0].__dict__ and "rlft_packed" not in model[0].__dict__
+        want = torch.nn.functional.linear(torch.nn.functional.linear(x, model[0].weight, model[0].bias),
+                                          model[1].weight, model[1].bias)
+        assert torch.allclose(model(x), want, atol=1e-5)  # layer 0 plain, layer 1 still its fresh pack
+
+
 def test_reserved_cache_matches_dynamic_cache(model):
     """The in-place cache gives DynamicCache's keys and values through prefill, decode steps, row selection
     and a crop."""
