@@ -72,18 +72,25 @@ def pack(model, rows: int) -> bool:
         for attr in ("rlft_packed", "rlft_packed_state", "forward"):  # plain nn.Linear until re-packed
             m.__dict__.pop(attr, None)
     if stale:
-        packed = _packer().submit(_reorder, [m.weight for m, _ in stale], rows).result()
+        packed = _packer().submit(_reorder, [m.weight for m, _ in stale], rows, torch.get_num_threads()).result()
         for (m, state), weight in zip(stale, packed):
             m.rlft_packed, m.rlft_packed_state = weight, state
             m.forward = _packed_forward.__get__(m)
     return True
 
 
-def _reorder(weights, rows: int):
+def _reorder(weights, rows: int, threads: int):
+    """Pack `weights` (in the packer thread) with one thread, then give MKL back the caller's thread count.
+    The caller waits meanwhile, so nothing else runs; a second OpenMP team started here would keep spinning
+    on the cores the caller's decode needs (a GRPO step at two threads went from 7.5 to 10 s)."""
     import torch
 
-    with torch.no_grad():
-        return [torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), rows) for w in weights]
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            return [torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), rows) for w in weights]
+    finally:
+        torch.set_num_threads(threads)  # MKL's count is process-wide: the caller's, as it was
 
 
 _PACKER: tuple[int, Any] | None = None  # (pid, the one-thread executor that allocates every pack)

@@ -18,6 +18,19 @@ above glibc's 32 MB mmap ceiling, so every one is a fresh mapping whose pages fa
 GPU's caching allocator never sees this). `narrow_cpu_tiles()` sets 8,192 (10-12 MB, reused from the heap):
 SmolLM2, 2 x G 4 completions of 48 tokens, one thread: forward 1.72 -> 1.56 s, backward 2.13 -> 1.9 s. The
 tiles fold into the same online log-sum-exp, so the values agree to float rounding.
+
+Freed memory stays with the process. A GRPO/RLOO step on the CPU frees and reallocates the same few GB every
+step (activations, LM-head tiles, the sampling copy's packs). glibc hands large blocks back to the kernel
+when they are freed (each block over its mmap threshold is its own mapping, and the heap's top is trimmed),
+so the next step touches fresh pages that the kernel zeroes in page faults. On the VMs rlft is measured on
+(cold pages are reclaimed and free pages reported to the host) a first touch costs 2-25 us a page (`perf`:
+clear_page under the page faults of matmul outputs). `keep_freed_memory()` sets glibc's M_MMAP_MAX to 0 (large
+blocks come from the heap) and M_TRIM_THRESHOLD to 2 GB (the heap is not trimmed below that), so each step
+reuses the pages the last one had: `rlft grpo` on SmolLM2, 4 steps, one thread, interleaved: 37.7 and 37.1 s
+against 43.5 and 39.9 s, system time 2.5-2.8 s against 3.2-3.8 s, peak RSS 4.0-4.1 GB against 3.9 GB. (It
+did nothing before the packs moved to their own arena, rlft.packed_linear: the heap fragmented and grew.)
+PyTorch's CPU tuning guide gets the same from preloading jemalloc or tcmalloc, which needs the variable set
+before the process starts. glibc on Linux only; elsewhere it does nothing and returns False.
 """
 
 from __future__ import annotations
@@ -68,3 +81,27 @@ def narrow_cpu_tiles() -> bool:
         return False
     trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = min(trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE, CPU_TILE)
     return True
+
+
+# glibc's mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+TRIM_THRESHOLD = 2**31 - 1
+
+
+def keep_freed_memory() -> bool:
+    """Keep freed heap memory in the process for reuse (see the module docstring); True where glibc took both
+    settings. Process-wide: call it once a run is known to sample and train on the CPU."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    if not hasattr(libc, "gnu_get_libc_version"):  # glibc only: musl and others have other settings
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)) and bool(mallopt(M_MMAP_MAX, 0))

@@ -269,8 +269,8 @@ def test_packs_are_allocated_in_their_own_thread_and_only_stale_layers_are_redon
         pytest.skip("this torch has no MKL packed gemm")
     seen = []
     real = pl._reorder
-    monkeypatch.setattr(pl, "_reorder", lambda weights, rows: seen.append(
-        (threading.current_thread().name, len(weights))) or real(weights, rows))
+    monkeypatch.setattr(pl, "_reorder", lambda weights, rows, threads: seen.append(
+        (threading.current_thread().name, len(weights))) or real(weights, rows, threads))
     model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Linear(40, 8))
     x = torch.randn(4, 24)
     with torch.no_grad():
@@ -280,7 +280,7 @@ def test_packs_are_allocated_in_their_own_thread_and_only_stale_layers_are_redon
         assert [n for n, _ in seen] and all(n.startswith("rlft-pack") for n, _ in seen)
         assert [k for _, k in seen] == [2, 1]
         model[0].weight.add_(1.0)
-        monkeypatch.setattr(pl, "_reorder", lambda weights, rows: (_ for _ in ()).throw(MemoryError("no room")))
+        monkeypatch.setattr(pl, "_reorder", lambda *a: (_ for _ in ()).throw(MemoryError("no room")))
         with pytest.raises(MemoryError):
             pl.pack(model, 4)
         assert "forward" not in model[0].__dict__ and "rlft_packed" not in model[0].__dict__
@@ -406,3 +406,46 @@ def test_hybrid_models_fall_back_to_trl_and_generate():
         assert decode(model, input_ids=ids, attention_mask=mask, generation_config=_config(max_new_tokens=3)) is None
         add_fused_lm_head(model, outputs=("log_probs",))
         assert per_token_logps(model, ids, mask, 2) is None
+
+
+_MALLINFO = """
+import ctypes, sys
+sys.path.insert(0, sys.argv[2])
+from rlft.trl_cpu import keep_freed_memory
+fields = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in fields]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype, libc.malloc.restype, libc.free.argtypes = Info, ctypes.c_void_p, [ctypes.c_void_p]
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+block = libc.malloc(64 << 20)
+ctypes.memset(block, 1, 64 << 20)
+alive = libc.mallinfo2()
+libc.free(block)
+print(alive.hblkhd >> 20, libc.mallinfo2().arena >> 20)
+"""
+
+
+def test_keep_freed_memory_serves_large_blocks_from_the_heap_and_keeps_them(tmp_path):
+    """glibc: without it a 64 MB block is its own mapping, gone when freed; with it the block comes from the
+    heap and its pages stay for the next step (rlft.trl_cpu)."""
+    import ctypes
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("not glibc >= 2.33")
+    root = str(Path(__file__).resolve().parent.parent)
+    script = tmp_path / "mallinfo.py"
+    script.write_text(_MALLINFO)
+
+    def run(mode):
+        out = subprocess.run([sys.executable, str(script), mode, root], capture_output=True, text=True, check=True)
+        return [int(x) for x in out.stdout.split()]
+
+    mapped, kept = run("plain")
+    assert mapped >= 64 and kept < 64
+    mapped, kept = run("keep")
+    assert mapped == 0 and kept >= 64

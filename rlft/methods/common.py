@@ -312,12 +312,13 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             trainer = method.build(cfg, out, prepared)
             if cfg.method in SAMPLING_METHODS:  # LoRA on the CPU: sample from a merged copy (rlft.sampling)
                 from rlft.sampling import attach
-                from rlft.trl_cpu import narrow_cpu_tiles, score_labelled_positions_only
+                from rlft.trl_cpu import keep_freed_memory, narrow_cpu_tiles, score_labelled_positions_only
 
                 attach(trainer.model, console)
                 score_labelled_positions_only()
                 if trainer.model.device.type == "cpu":
                     narrow_cpu_tiles()
+                    keep_freed_memory()
             callback = RunCallback(out, interrupt, console, f"{cfg.method}", watch=run.watch)
             callback.attach(trainer)
             trainer.add_callback(callback)
