@@ -25,13 +25,19 @@ each thread its own malloc arena, so packs only ever replace packs (the stale on
 ones have the same sizes), and the main thread's heap holds the step's temporaries alone: peak RSS 4.4-4.8
 -> 4.0 GB, system time 2.0-2.5 s -> 0.6-1.0 s a step (5-step runs, one thread; BENCHMARKS.md).
 
-Used only where it applies: float32 weights on the CPU, a torch built with MKL's packed-gemm ops; nothing
+Used only where it applies: float32 weights on the CPU, one compute thread (MAX_THREADS: with two, MKL's plain
+product splits across them and beats the packed one), a torch built with MKL's packed-gemm ops; nothing
 happens elsewhere (bf16 copies, GPUs, other builds), and `pack` says so by returning False.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+# packing is used only when torch computes with this many threads or fewer: MKL's packed product does not split
+# an 8-row product across threads the way its plain sgemm does (SmolLM2 576 x 1536, 8 rows, 2 threads: 0.55-0.62
+# ms packed against 0.40-0.44 plain; a GRPO step's decode 3.3-3.6 s plain against 4.6-4.8 s packed)
+MAX_THREADS = 1
 
 # the most rows a packed decode is used for: beyond this the plain product is efficient (and the batch
 # too large to keep whole when most of its rows have finished)
@@ -62,7 +68,7 @@ def pack(model, rows: int) -> bool:
     import torch
 
     layers = _linears(model)
-    if rows < 1 or rows > MAX_ROWS or not available() or not layers or any(
+    if rows < 1 or rows > MAX_ROWS or torch.get_num_threads() > MAX_THREADS or not available() or not layers or any(
             m.weight.dtype != torch.float32 or m.weight.device.type != "cpu" for m in layers):
         unpack(model)  # packs for another count or older weights must not outlive a refusal
         return False

@@ -15,6 +15,15 @@ def model(tiny_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
 
 
+@pytest.fixture
+def one_thread():
+    """Packing applies with one compute thread only (rlft.packed_linear.MAX_THREADS)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _config(**kw):
     from transformers import GenerationConfig
 
@@ -202,7 +211,7 @@ def test_trls_fused_head_scores_the_same_when_it_projects_labelled_positions_onl
 
 
 @pytest.mark.parametrize("pick", [(0, 2), (3, 5)])
-def test_packed_decoding_gives_the_plain_tokens_with_rows_stopping_apart(tiny_dir, pick):
+def test_packed_decoding_gives_the_plain_tokens_with_rows_stopping_apart(tiny_dir, pick, one_thread):
     """rlft.packed_linear: decoding from MKL-packed weights (finished rows riding along) gives the tokens the
     plain loop gives, and the model's own generate's."""
     from transformers import AutoModelForCausalLM
@@ -232,7 +241,7 @@ def test_packed_decoding_gives_the_plain_tokens_with_rows_stopping_apart(tiny_di
     assert len(set(lengths)) > 1  # rows did stop apart: the riding-along path was exercised
 
 
-def test_packed_linear_matches_and_follows_weight_changes():
+def test_packed_linear_matches_and_follows_weight_changes(one_thread):
     from rlft.packed_linear import available, pack, unpack
 
     if not available():
@@ -255,9 +264,12 @@ def test_packed_linear_matches_and_follows_weight_changes():
         assert "forward" not in model[0].__dict__
         assert not pack(model.to(torch.bfloat16), 5)  # fp32 only
         assert not pack(torch.nn.Sequential(torch.nn.Linear(4, 4)), 0)
+        assert pack(model.float(), 5)
+        torch.set_num_threads(2)  # two compute threads: MKL's plain product is the faster one
+        assert not pack(model, 5) and "forward" not in model[0].__dict__
 
 
-def test_packs_are_allocated_in_their_own_thread_and_only_stale_layers_are_redone(monkeypatch):
+def test_packs_are_allocated_in_their_own_thread_and_only_stale_layers_are_redone(monkeypatch, one_thread):
     """Packs come from the packer thread (its own glibc arena: they never sit between a step's temporaries);
     a re-pack redoes only the layers whose weight changed; a pack that fails leaves plain layers, not stale
     packs."""
@@ -338,7 +350,7 @@ def test_narrow_cpu_tiles_give_the_same_log_probs_and_gradients(monkeypatch):
         assert torch.allclose(wide, narrow, atol=1e-5, rtol=1e-4)
 
 
-def test_a_stale_pack_is_never_used(tiny_dir):
+def test_a_stale_pack_is_never_used(tiny_dir, one_thread):
     """Weights refreshed in place after packing for 4 rows, then a decode of 40 rows (more than MAX_ROWS: pack
     declines) whose finished rows leave until 4 are left: the tokens are the unpacked model's (review of the
     packed sampling copy: a stale pack used to serve those 4 rows)."""
