@@ -86,9 +86,9 @@ def pack(model, rows: int) -> bool:
 
 
 def _reorder(weights, rows: int, threads: int):
-    """Pack `weights` (in the packer thread) with one thread, then give MKL back the caller's thread count.
-    The caller waits meanwhile, so nothing else runs; a second OpenMP team started here would keep spinning
-    on the cores the caller's decode needs (a GRPO step at two threads went from 7.5 to 10 s)."""
+    """Pack `weights` (in the packer thread) with one compute thread, so that packing starts no OpenMP team of
+    its own beside the caller's, then give MKL back the caller's thread count (MKL's is process-wide). The
+    caller waits meanwhile, so nothing else computes."""
     import torch
 
     torch.set_num_threads(1)
@@ -96,7 +96,7 @@ def _reorder(weights, rows: int, threads: int):
         with torch.no_grad():
             return [torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), rows) for w in weights]
     finally:
-        torch.set_num_threads(threads)  # MKL's count is process-wide: the caller's, as it was
+        torch.set_num_threads(threads)
 
 
 _PACKER: tuple[int, Any] | None = None  # (pid, the one-thread executor that allocates every pack)

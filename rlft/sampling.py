@@ -19,9 +19,9 @@ Where it is not used (the policy's own `generate` runs): GPUs (TRL samples there
 LoRA adapter (nothing to merge), adapters other than plain LoRA (DoRA, other peft tuners), and while the
 adapter is disabled (`with model.disable_adapter()`: the copy would hold the adapted weights).
 
-An fp32 copy decodes from weights packed for MKL (rlft.packed_linear, re-packed after each refresh: ~0.2 s
-on SmolLM2, against ~2 s saved per decode of 8 x 48 tokens). A refresh of an fp32 copy writes W and adds
-scale * B @ A in place (addmm), without a merged temporary per layer.
+An fp32 copy decodes from weights packed for MKL where torch computes with one thread (rlft.packed_linear,
+re-packed after each refresh: ~0.2 s on SmolLM2, against ~2 s saved per decode of 8 x 48 tokens). A refresh
+of an fp32 copy writes W and adds scale * B @ A in place (addmm), without a merged temporary per layer.
 
 The copy costs one more set of base weights in memory (270 MB for SmolLM2-135M in bf16; in fp32 540 MB, and
 as much again for the packed weights).
