@@ -68,8 +68,10 @@ def pack(model, rows: int) -> bool:
     import torch
 
     layers = _linears(model)
-    if rows < 1 or rows > MAX_ROWS or torch.get_num_threads() > MAX_THREADS or not available() or not layers or any(
-            m.weight.dtype != torch.float32 or m.weight.device.type != "cpu" for m in layers):
+    threads = torch.get_num_threads()
+    applies = 1 <= rows <= MAX_ROWS and threads <= MAX_THREADS and available() and bool(layers) and all(
+        m.weight.dtype == torch.float32 and m.weight.device.type == "cpu" for m in layers)
+    if not applies:
         unpack(model)  # packs for another count or older weights must not outlive a refusal
         return False
     states = [(rows, m.weight._version, m.weight.data_ptr()) for m in layers]
@@ -78,7 +80,7 @@ def pack(model, rows: int) -> bool:
         for attr in ("rlft_packed", "rlft_packed_state", "forward"):  # plain nn.Linear until re-packed
             m.__dict__.pop(attr, None)
     if stale:
-        packed = _packer().submit(_reorder, [m.weight for m, _ in stale], rows, torch.get_num_threads()).result()
+        packed = _packer().submit(_reorder, [m.weight for m, _ in stale], rows, threads).result()
         for (m, state), weight in zip(stale, packed):
             m.rlft_packed, m.rlft_packed_state = weight, state
             m.forward = _packed_forward.__get__(m)
