@@ -43,6 +43,8 @@ def supported(config, model) -> bool:
     for key, value in config.to_dict().items():
         if key in HANDLED or value == getattr(default, key, value):
             continue
+        if key in ("output_attentions", "output_hidden_states") and not value:  # False where the default is None
+            continue
         return False
     if (config.num_beams or 1) != 1 or (config.num_return_sequences or 1) != 1:
         return False

@@ -15,29 +15,30 @@ weight changed (its in-place version counter moved) or for another row count. Un
 multiplied plainly, never through its stale pack, and a `pack` that declines (too many rows, another dtype)
 drops every pack. A packed model cannot be deep-copied (MKL's packed tensors have no storage): `unpack` first.
 
-Where packs live. Re-packing after every sampler refresh made 540 MB of new long-lived blocks per step in the
-middle of the training step's temporaries: allocated in the main thread, they took the holes the last step's
-activations left, the next step's activations no longer fitted, and the heap grew by 0.2-1 GB a step (RSS
-3.2 -> 5.1 GB over 5 `rlft grpo` steps on SmolLM2, against 3.6 GB with the packs never remade). On the VMs
-rlft is measured on, every newly touched page costs 2-25 us in the kernel (`perf`: clear_page under page
-faults), so that growth was 1-4 s of system time a step. Packs are now made by one worker thread: glibc gives
-each thread its own malloc arena, so packs only ever replace packs (the stale ones are freed first, the new
-ones have the same sizes), and the main thread's heap holds the step's temporaries alone: peak RSS 4.4-4.8
--> 4.0 GB, system time 2.0-2.5 s -> 0.6-1.0 s a step (5-step runs, one thread; BENCHMARKS.md).
+Packs follow the thread count. MKL lays a packed weight out for the number of threads it packs with, and a
+product with that pack computes with that many. So `pack` packs in the calling thread, with the thread count
+torch computes with, and re-packs when that count changes. (SmolLM2, a GRPO step's decode of 8 x 48 tokens,
+two threads, interleaved in one process: packed with two threads 2.8-3.4 s against 3.2-4.1 s plain; packed
+with one thread and used with two, 4.8-5.3 s. Packing in a second thread, as the last version did to keep
+per-step packs out of the main heap, started a second OpenMP team, after which every parallel op of the
+main thread ran slower, plain ones included: 3.7 -> 6.1-6.6 s; BENCHMARKS.md.)
 
-Used only where it applies: float32 weights on the CPU, one compute thread (MAX_THREADS: with two, MKL's plain
-product splits across them and beats the packed one), a torch built with MKL's packed-gemm ops; nothing
-happens elsewhere (bf16 copies, GPUs, other builds), and `pack` says so by returning False.
+Packs are meant to be made once. rlft.sampling keeps the LoRA adapter out of the packed weights (the frozen
+base weights are packed once, the adapter's two thin products are added per call), so a run packs at its
+first decode and never again: re-packing merged weights after every update made 540 MB of new long-lived
+blocks per step among the training step's temporaries and the heap grew (RSS 3.2 -> 5.1 GB over 5 `rlft
+grpo` steps on SmolLM2, 1-4 s of system time a step on VMs where a first touch of a page costs 2-25 us).
+
+Used only where it applies: float32 weights on the CPU, at most MAX_THREADS compute threads (the counts
+measured), a torch built with MKL's packed-gemm ops; nothing happens elsewhere (bf16 copies, GPUs, other
+builds), and `pack` says so by returning False.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-# packing is used only when torch computes with this many threads or fewer: MKL's packed product does not split
-# an 8-row product across threads the way its plain sgemm does (SmolLM2 576 x 1536, 8 rows, 2 threads: 0.55-0.62
-# ms packed against 0.40-0.44 plain; a GRPO step's decode 3.3-3.6 s plain against 4.6-4.8 s packed)
-MAX_THREADS = 1
+# packing is used only when torch computes with this many threads or fewer: the counts measured (1 and 2, on
+# 2-core machines); with more threads MKL's plain product of a few rows may split better than a pack
+MAX_THREADS = 2
 
 # the most rows a packed decode is used for: beyond this the plain product is efficient (and the batch
 # too large to keep whole when most of its rows have finished)
@@ -74,66 +75,65 @@ def pack(model, rows: int) -> bool:
     if not applies:
         unpack(model)  # packs for another count or older weights must not outlive a refusal
         return False
-    states = [(rows, m.weight._version, m.weight.data_ptr()) for m in layers]
+    states = [(rows, threads, m.weight._version, m.weight.data_ptr()) for m in layers]
     stale = [(m, state) for m, state in zip(layers, states) if getattr(m, "rlft_packed_state", None) != state]
     for m, _ in stale:  # free every stale pack first: the new ones (same sizes, same order) reuse that memory
-        for attr in ("rlft_packed", "rlft_packed_state", "forward"):  # plain nn.Linear until re-packed
-            m.__dict__.pop(attr, None)
-    if stale:
-        packed = _packer().submit(_reorder, [m.weight for m, _ in stale], rows, threads).result()
-        for (m, state), weight in zip(stale, packed):
-            m.rlft_packed, m.rlft_packed_state = weight, state
-            m.forward = _packed_forward.__get__(m)
+        _drop_pack(m)  # plain nn.Linear (with its low-rank terms) until re-packed
+    for m, state in stale:
+        m.rlft_packed, m.rlft_packed_state = _reorder(m.weight, rows), state
+        m.forward = _forward.__get__(m)
     return True
 
 
-def _reorder(weights, rows: int, threads: int):
-    """Pack `weights` (in the packer thread) with one compute thread, so that packing starts no OpenMP team of
-    its own beside the caller's, then give MKL back the caller's thread count (MKL's is process-wide). The
-    caller waits meanwhile, so nothing else computes."""
+def _reorder(weight, rows: int):
+    """MKL's packed layout of `weight` for `rows` rows, made in this thread with its thread count (the count
+    the pack then computes with)."""
     import torch
 
-    torch.set_num_threads(1)
-    try:
-        with torch.no_grad():
-            return [torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), rows) for w in weights]
-    finally:
-        torch.set_num_threads(threads)
-
-
-_PACKER: tuple[int, Any] | None = None  # (pid, the one-thread executor that allocates every pack)
-
-
-def _packer():
-    """The thread that packs. glibc gives each thread its own malloc arena, so packs allocated there never sit
-    between the training step's temporaries in the main thread's heap: re-packed every step in the main
-    thread, they left holes the next step's activations did not fit, and the heap grew (see module docstring)."""
-    global _PACKER
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
-    if _PACKER is None or _PACKER[0] != os.getpid():  # a forked child has no such thread: make its own
-        _PACKER = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="rlft-pack"))
-    return _PACKER[1]
+    with torch.no_grad():
+        return torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows)
 
 
 def unpack(model) -> None:
-    """Drop the packed weights; the layers compute as plain nn.Linear again."""
+    """Drop the packed weights; the layers compute as plain nn.Linear again (plus their low-rank terms)."""
     for m in _linears(model):
-        for attr in ("rlft_packed", "rlft_packed_state", "forward"):
-            m.__dict__.pop(attr, None)
+        _drop_pack(m)
 
 
-def _packed_forward(self, x):
+def _drop_pack(m) -> None:
+    for attr in ("rlft_packed", "rlft_packed_state"):
+        m.__dict__.pop(attr, None)
+    if "rlft_terms" not in m.__dict__:
+        m.__dict__.pop("forward", None)
+
+
+def add_terms(m, terms) -> None:
+    """Give nn.Linear `m` low-rank terms [(down, up, scale)]: it computes linear(x) + scale * (x @ down) @ up
+    for each, packed or not (rlft.sampling's live LoRA adapter: down = A^T, up = B^T)."""
+    m.rlft_terms = terms
+    m.forward = _forward.__get__(m)
+
+
+def _forward(self, x):
+    """nn.Linear's product, from the pack where it serves (the row count, thread count and weight it was made
+    for; no autograd), plainly otherwise; plus the layer's low-rank terms."""
     import torch
 
+    state = self.__dict__.get("rlft_packed_state")
     flat = x.reshape(-1, x.size(-1))
-    rows, version, pointer = self.rlft_packed_state
-    if (flat.size(0) != rows or x.dtype != torch.float32 or self.weight._version != version
-            or self.weight.data_ptr() != pointer
+    if state is None or (
+            flat.size(0) != state[0] or torch.get_num_threads() != state[1] or self.weight._version != state[2]
+            or self.weight.data_ptr() != state[3] or x.dtype != torch.float32
             or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
-        # another row count, a weight changed since it was packed, or a product autograd must see: plain
-        return torch.nn.functional.linear(x, self.weight, self.bias)
-    bias = None if self.bias is None else self.bias.detach()
-    out = torch.ops.mkl._mkl_linear(flat, self.rlft_packed, self.weight.detach(), bias, rows)
-    return out.reshape(*x.shape[:-1], out.size(-1))
+        # not packed, another row or thread count, a weight changed since, or a product autograd must see
+        out = torch.nn.functional.linear(x, self.weight, self.bias)
+    else:
+        bias = None if self.bias is None else self.bias.detach()
+        out = torch.ops.mkl._mkl_linear(flat, self.rlft_packed, self.weight.detach(), bias, state[0])
+        out = out.reshape(*x.shape[:-1], out.size(-1))
+    terms = self.__dict__.get("rlft_terms")
+    if terms:
+        flat_out = out.view(-1, out.size(-1))
+        for down, up, scale in terms:
+            flat_out.addmm_(flat @ down, up, alpha=scale)
+    return out

@@ -1,30 +1,37 @@
-"""Sampling from a LoRA policy while it trains: one merged copy, in the run's precision, refreshed per update.
+"""Sampling from a LoRA policy while it trains: a plain copy of the model that answers the policy's `generate`.
 
 TRL's GRPO and RLOO trainers, rlft's PPO rollout and the held-out check after training all sample by calling
-`generate` on the policy. With a peft LoRA adapter on, every decode step then runs each adapted layer as base
-matmul + two adapter matmuls + an add (measured here on SmolLM2-135M, 8 sequences: 236 ms per decode step
-against 186 ms for the same weights merged). `attach(policy)` gives the policy's object its own `generate`
-that runs on a plain copy of the model with the adapter merged in, in the dtype of the policy's base weights
-(bf16 on CPUs with bf16 units, rlft.precision), decoded by rlft.decode's loop (one prefill per distinct
-prompt, finished rows leave the batch; `generate` itself for settings the loop does not handle). It is TRL's
-own extension surface: the trainer still tokenizes, pads, calls `generate` and masks after the first stop
-token exactly as it would; only the code that computes the tokens changes.
+`generate` on the policy. With a peft LoRA adapter on, every decode step then runs each adapted layer through
+peft's layer (base matmul, dropout, two adapter matmuls, scaling, an add, in Python per adapter: 236 ms per
+decode step on SmolLM2-135M, 8 sequences, against 186 ms for the same weights merged). `attach(policy)` gives
+the policy's object its own `generate` that runs on a plain copy of the model, decoded by rlft.decode's loop
+(one prefill per distinct prompt, finished rows leave the batch; `generate` itself for settings the loop does
+not handle). It is TRL's own extension surface: the trainer still tokenizes, pads, calls `generate` and masks
+after the first stop token exactly as it would; only the code that computes the tokens changes.
 
-When the copy is refreshed: it is marked stale after every optimizer step (torch's global optimizer-step hook,
-so TRL's trainers and rlft's PPO need no code of their own) and rebuilt lazily at the next `generate`; it
-starts stale, so weights restored by `--resume` are seen. A refresh recomputes W + scale * B @ A for each
-adapted layer in fp32 and rounds once into the copy; frozen non-adapted weights are copied once.
+Two kinds of copy:
+- Live adapter (fp32 weights, MKL's packed gemm available, at most rlft.packed_linear.MAX_THREADS compute
+  threads, plain LoRA adapters, nothing trainable outside them: rlft's own LoRA runs on the CPU). The copy's
+  weights are the policy's own frozen tensors (no second set in memory), its linear layers are packed for MKL
+  once, at the first decode (rlft.packed_linear), and each adapted layer adds scale * (x A^T) B^T from views
+  of the policy's adapter weights, so an optimizer step needs no refresh and no re-pack. Measured on SmolLM2,
+  a GRPO step's decode of 8 x 48 tokens, interleaved in one process: two threads 3.1-3.7 s against 3.3-4.2 s
+  for the merged copy (which cannot be packed at two threads: see below); one thread 4.7-5.6 s against
+  4.3-5.1 s for a merged packed copy, which also paid ~0.35 s a step to refresh and re-pack; peak RSS of
+  `rlft grpo` 3.0-3.1 GB against 3.2-4.1 GB.
+- Merged (everything else: bf16 bases, adapters other than plain LoRA, trainable weights outside the
+  adapter). A plain copy in the dtype of the policy's base weights (bf16 on CPUs with bf16 units,
+  rlft.precision) with the adapter merged in: marked stale after every optimizer step (torch's global
+  optimizer-step hook, so TRL's trainers and rlft's PPO need no code of their own) and rebuilt lazily at the
+  next `generate`; it starts stale, so weights restored by `--resume` are seen. A refresh recomputes
+  W + scale * B @ A for each adapted layer in fp32 (in place for an fp32 copy) and rounds once into the copy;
+  frozen non-adapted weights are copied once. It is not packed: weights that change every step would be
+  re-packed every step, and 540 MB of new packs a step among the training step's temporaries grew the heap
+  (rlft.packed_linear).
 
-Where it is not used (the policy's own `generate` runs): GPUs (TRL samples there, or vLLM), models without a
-LoRA adapter (nothing to merge), adapters other than plain LoRA (DoRA, other peft tuners), and while the
-adapter is disabled (`with model.disable_adapter()`: the copy would hold the adapted weights).
-
-An fp32 copy decodes from weights packed for MKL where torch computes with one thread (rlft.packed_linear,
-re-packed after each refresh: ~0.2 s on SmolLM2, against ~2 s saved per decode of 8 x 48 tokens). A refresh
-of an fp32 copy writes W and adds scale * B @ A in place (addmm), without a merged temporary per layer.
-
-The copy costs one more set of base weights in memory (270 MB for SmolLM2-135M in bf16; in fp32 540 MB, and
-as much again for the packed weights).
+Where no copy is used (the policy's own `generate` runs): GPUs (TRL samples there, or vLLM), models without a
+LoRA adapter (nothing to merge), DoRA, 4/8-bit bases, and while the adapter is disabled
+(`with model.disable_adapter()`: the copy would hold the adapted weights).
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ from typing import Any
 
 
 class MergedSampler:
-    """A plain, merged copy of a peft LoRA policy that answers the policy's `generate` calls."""
+    """A plain copy of a peft LoRA policy, live-adapter or merged (module docstring), that answers the
+    policy's `generate` calls."""
 
     def __init__(self, policy):
         import torch
@@ -65,16 +73,39 @@ class MergedSampler:
         self.stale = True
         self._copied_frozen = False
         self.refreshes = 0
+        self.live = _can_keep_adapter_out(policy, self.lora_layers, dtype)
+        if self.live:
+            self._share_base_and_wrap(base)
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self._hook = register_optimizer_step_post_hook(self._mark_stale)
+
+    def _share_base_and_wrap(self, base) -> None:
+        """Live-adapter mode: the copy's weights become the policy's own frozen tensors (no second set), and
+        each adapted linear layer of the copy computes base(x) + scale * (x A^T) B^T from the policy's live
+        adapter weights, so an update needs no refresh and the base stays packed."""
+        from rlft.packed_linear import add_terms
+
+        for param, src, _ in self.pairs:
+            param.data = src.detach()
+        self.live_layers = [(self.copy.get_submodule(name), module) for name, module in base.named_modules()
+                            if _is_lora(module)]
+        for layer, lora in self.live_layers:
+            add_terms(layer, _live_terms(lora))
+        self.pairs = []
+        self.copy.requires_grad_(False)
 
     def _mark_stale(self, *_: Any) -> None:
         self.stale = True
 
     def refresh(self) -> None:
-        """Rebuild the copy from the policy's current weights (adapter merged, rounded once)."""
+        """Rebuild the copy from the policy's current weights (adapter merged, rounded once); in live-adapter
+        mode there is nothing to rebuild."""
         import torch
+
+        if self.live:
+            self.stale, self.refreshes = False, self.refreshes + 1
+            return
 
         with torch.no_grad():
             for dst, src, lora in self.pairs:
@@ -104,10 +135,13 @@ class MergedSampler:
             return self._policy_generate(*args, **kwargs)
         if self.stale:
             self.refresh()
+        if self.live:  # the active adapters may have changed since: cheap to re-read
+            for layer, lora in self.live_layers:
+                layer.rlft_terms = _live_terms(lora)
         from rlft.decode import decode
 
         with torch.no_grad():
-            out = None if args else decode(self.copy, pack=True, **kwargs)
+            out = None if args else decode(self.copy, pack=self.live, **kwargs)
             return out if out is not None else self.copy.generate(*args, **kwargs)
 
     def _policy_generate(self, *args: Any, **kwargs: Any):
@@ -119,6 +153,30 @@ class MergedSampler:
         self.policy.__dict__.pop("generate", None)
         self.policy.__dict__.pop("rlft_sampler", None)
         self.copy = None
+
+
+def _live_terms(lora) -> list:
+    """(A^T, B^T, scale) per active adapter of a peft LoRA layer: views of its weights, so they follow the
+    optimizer's in-place updates (rlft.packed_linear.add_terms computes x A^T B^T scale from them)."""
+    return [(lora.lora_A[n].weight.detach().t(), lora.lora_B[n].weight.detach().t(), lora.scaling[n])
+            for n in lora.active_adapters if n in lora.lora_A]
+
+
+def _can_keep_adapter_out(policy, lora_layers, dtype) -> bool:
+    """Whether the copy can share the policy's base weights and add the adapter per call (live-adapter mode):
+    fp32 weights, MKL packing available at this thread count, plain LoRA adapters, and no trainable weight
+    outside the adapters (a shared weight that changes would have to be re-packed every step)."""
+    import torch
+
+    from rlft import packed_linear
+
+    if dtype != torch.float32 or not packed_linear.available():
+        return False
+    if torch.get_num_threads() > packed_linear.MAX_THREADS:
+        return False
+    if not all(_plain_adapters(m) for m in lora_layers):
+        return False
+    return not any(p.requires_grad for n, p in policy.named_parameters() if "lora_" not in n)
 
 
 def _plain_adapters(lora) -> bool:
@@ -156,5 +214,7 @@ def attach(policy, console=None) -> MergedSampler | None:
     policy.__dict__["rlft_sampler"] = sampler
     if console is not None:
         dtype = str(sampler.copy.dtype).replace("torch.", "")
-        console.print(f"sampling: a merged {dtype} copy of the policy, refreshed after each update", highlight=False)
+        line = ("the policy's float32 base weights, packed once, with the adapter added live" if sampler.live else
+                f"a merged {dtype} copy of the policy, refreshed after each update")
+        console.print(f"sampling: {line}", highlight=False)
     return sampler

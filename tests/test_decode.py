@@ -17,7 +17,7 @@ def model(tiny_dir):
 
 @pytest.fixture
 def one_thread():
-    """Packing applies with one compute thread only (rlft.packed_linear.MAX_THREADS)."""
+    """One compute thread: packing applies (rlft.packed_linear.MAX_THREADS), and the tests see one layout."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -242,7 +242,7 @@ def test_packed_decoding_gives_the_plain_tokens_with_rows_stopping_apart(tiny_di
 
 
 def test_packed_linear_matches_and_follows_weight_changes(one_thread):
-    from rlft.packed_linear import available, pack, unpack
+    from rlft.packed_linear import MAX_THREADS, available, pack, unpack
 
     if not available():
         pytest.skip("this torch has no MKL packed gemm")
@@ -265,14 +265,20 @@ def test_packed_linear_matches_and_follows_weight_changes(one_thread):
         assert not pack(model.to(torch.bfloat16), 5)  # fp32 only
         assert not pack(torch.nn.Sequential(torch.nn.Linear(4, 4)), 0)
         assert pack(model.float(), 5)
-        torch.set_num_threads(2)  # two compute threads: MKL's plain product is the faster one
+        torch.set_num_threads(2)  # the pack was laid out for one thread: plain until re-packed for two
+        plain = torch.nn.functional.linear(torch.nn.functional.linear(x, model[0].weight, model[0].bias),
+                                           model[1].weight)
+        assert torch.equal(model(x), plain)
+        assert pack(model, 5) and model[0].rlft_packed_state[:2] == (5, 2)
+        assert torch.allclose(model(x), plain, atol=1e-5)
+        torch.set_num_threads(MAX_THREADS + 1)  # more threads than measured: MKL's plain product
         assert not pack(model, 5) and "forward" not in model[0].__dict__
 
 
-def test_packs_are_allocated_in_their_own_thread_and_only_stale_layers_are_redone(monkeypatch, one_thread):
-    """Packs come from the packer thread (its own glibc arena: they never sit between a step's temporaries);
-    a re-pack redoes only the layers whose weight changed; a pack that fails leaves plain layers, not stale
-    packs."""
+def test_packs_are_made_in_the_calling_thread_and_only_stale_layers_are_redone(monkeypatch, one_thread):
+    """Packs are made in the thread that computes (MKL lays them out for its thread count; a second thread's
+    OpenMP team slowed every later op); a re-pack redoes only the layers whose weight changed; a pack that
+    fails leaves plain layers, not stale packs."""
     import threading
 
     import rlft.packed_linear as pl
@@ -281,16 +287,16 @@ def test_packs_are_allocated_in_their_own_thread_and_only_stale_layers_are_redon
         pytest.skip("this torch has no MKL packed gemm")
     seen = []
     real = pl._reorder
-    monkeypatch.setattr(pl, "_reorder", lambda weights, rows, threads: seen.append(
-        (threading.current_thread().name, len(weights))) or real(weights, rows, threads))
+    monkeypatch.setattr(pl, "_reorder", lambda weight, rows: seen.append(
+        (threading.current_thread(), weight.shape)) or real(weight, rows))
     model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Linear(40, 8))
     x = torch.randn(4, 24)
     with torch.no_grad():
         assert pl.pack(model, 4)
         model[1].weight.add_(1.0)
         assert pl.pack(model, 4) and pl.pack(model, 4)  # the third call finds nothing stale
-        assert [n for n, _ in seen] and all(n.startswith("rlft-pack") for n, _ in seen)
-        assert [k for _, k in seen] == [2, 1]
+        assert all(t is threading.current_thread() for t, _ in seen)
+        assert [tuple(s) for _, s in seen] == [(40, 24), (8, 40), (8, 40)]
         model[0].weight.add_(1.0)
         monkeypatch.setattr(pl, "_reorder", lambda *a: (_ for _ in ()).throw(MemoryError("no room")))
         with pytest.raises(MemoryError):

@@ -150,6 +150,78 @@ def test_the_merged_copy_samples_what_the_policy_would_and_follows_each_update(p
     assert "generate" not in policy.__dict__
 
 
+@pytest.fixture
+def one_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_fp32_sampling_shares_the_base_packs_it_once_and_reads_the_adapter_live(policy, one_thread):
+    """Live-adapter mode: the copy holds the policy's own base tensors (no second set), its linear layers are
+    packed once at the first decode and never re-packed after an update, and the sampled tokens follow the
+    adapter's updates as the policy's own generate does."""
+    import torch
+
+    from rlft import packed_linear
+    from rlft.sampling import attach
+
+    if not packed_linear.available():
+        pytest.skip("this torch has no MKL packed gemm")
+    ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
+    sampler = attach(policy)
+    try:
+        assert sampler.live
+        q = policy.get_base_model().model.layers[0].self_attn.q_proj
+        assert sampler.copy.model.layers[0].self_attn.q_proj.weight.data_ptr() == q.base_layer.weight.data_ptr()
+        out = policy.generate(input_ids=ids, attention_mask=ids.ne(-1), max_new_tokens=6, do_sample=False,
+                              pad_token_id=0, eos_token_id=3)
+        assert torch.equal(out, type(policy).generate(policy, input_ids=ids, attention_mask=ids.ne(-1),
+                                                      max_new_tokens=6, do_sample=False, pad_token_id=0,
+                                                      eos_token_id=3))
+        layer = sampler.copy.model.layers[0].self_attn.q_proj
+        pack = layer.rlft_packed
+        opt = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=5.0)
+        policy(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        after = _greedy(policy, ids)
+        assert layer.rlft_packed is pack  # the frozen base was not re-packed
+        assert torch.equal(after, type(policy).generate(policy, input_ids=ids, attention_mask=ids.ne(-1),
+                                                        max_new_tokens=12, do_sample=False, pad_token_id=0,
+                                                        eos_token_id=3))
+        with torch.no_grad():
+            assert torch.allclose(sampler.copy(input_ids=ids).logits, policy(input_ids=ids).logits, atol=1e-4)
+    finally:
+        sampler.detach()
+
+
+def test_a_trainable_weight_outside_the_adapter_keeps_the_merged_copy(policy, one_thread):
+    """A weight the optimizer changes outside the adapter (here the output head) would need re-packing every
+    step: the copy is a merged one, refreshed after each update, and samples what the policy would."""
+    import torch
+
+    from rlft.sampling import attach
+
+    ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
+    head = policy.get_base_model().lm_head.weight
+    head.requires_grad_(True)
+    sampler = attach(policy)
+    try:
+        assert not sampler.live
+        opt = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=5.0)
+        policy(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        assert torch.equal(_greedy(policy, ids), type(policy).generate(
+            policy, input_ids=ids, attention_mask=ids.ne(-1), max_new_tokens=12, do_sample=False, pad_token_id=0,
+            eos_token_id=3))
+        assert sampler.copy.lm_head.weight.data_ptr() != head.data_ptr()
+    finally:
+        sampler.detach()
+
+
 def test_no_copy_without_an_adapter(tiny_dir):
     from transformers import AutoModelForCausalLM
 
