@@ -74,3 +74,14 @@ def sft_short(tmp_path_factory, tiny_dir):
     except SystemExit as exc:
         assert exc.code == 0, f"short SFT failed with exit code {exc.code}"
     return out
+
+
+@pytest.fixture
+def one_thread():
+    """One compute thread: MKL packing applies (rlft.packed_linear.MAX_THREADS) with one layout."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -15,15 +15,6 @@ def model(tiny_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
 
 
-@pytest.fixture
-def one_thread():
-    """One compute thread: packing applies (rlft.packed_linear.MAX_THREADS), and the tests see one layout."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _config(**kw):
     from transformers import GenerationConfig
 

@@ -150,16 +150,6 @@ def test_the_merged_copy_samples_what_the_policy_would_and_follows_each_update(p
     assert "generate" not in policy.__dict__
 
 
-@pytest.fixture
-def one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_fp32_sampling_shares_the_base_packs_it_once_and_reads_the_adapter_live(policy, one_thread):
     """Live-adapter mode: the copy holds the policy's own base tensors (no second set), its linear layers are
     packed once at the first decode and never re-packed after an update, and the sampled tokens follow the
