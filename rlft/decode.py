@@ -1,4 +1,4 @@
-"""One sampling loop for a frozen causal LM: what rlft's merged sampling copy runs instead of `generate`.
+"""One sampling loop for a frozen causal LM: what rlft's sampling copy runs instead of `generate`.
 
 `decode(model, input_ids, attention_mask, generation_config)` returns what `model.generate` would for the
 settings RL sampling uses (greedy or sampling with temperature, top-k, top-p, min-p; one or more stop ids;
@@ -226,11 +226,12 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
     position = position.masked_fill(mask == 0, 0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position, **{key: cache},
                    use_cache=True, logits_to_keep=1).logits[:, -1].float()
-    if ids.size(0) != rows:
+    # back to the caller's rows: repeats copied, and distinct rows reordered (torch.unique sorts them)
+    if not torch.equal(inverse, torch.arange(rows, device=inverse.device)):
         cache.batch_select_indices(inverse)
         logits = logits[inverse]
     mask = attention_mask.clone()
-    last_position = position[inverse, -1] if ids.size(0) != rows else position[:, -1]
+    last_position = position[inverse, -1]
     alive = torch.arange(rows, device=input_ids.device)  # the output rows still in the batch
     if pack:
         from rlft.packed_linear import pack as pack_linears

@@ -13,7 +13,8 @@ count (finished rows ride along) while it decodes from a packed model. Packing c
 weights in memory (540 MB for SmolLM2-135M) and ~0.2 s; it is redone at the next `pack` for a layer whose
 weight changed (its in-place version counter moved) or for another row count. Until then a changed weight is
 multiplied plainly, never through its stale pack, and a `pack` that declines (too many rows, another dtype)
-drops every pack. A packed model cannot be deep-copied (MKL's packed tensors have no storage): `unpack` first.
+drops every pack. A packed model cannot be deep-copied or pickled (MKL's packed tensors have no storage):
+`unpack` first (rlft.sampling's sampler drops its copy when pickled).
 
 Packs follow the thread count. MKL lays a packed weight out for the number of threads it packs with, and a
 product with that pack computes with that many. So `pack` packs in the calling thread, with the thread count
@@ -134,6 +135,6 @@ def _forward(self, x):
     terms = self.__dict__.get("rlft_terms")
     if terms:
         flat_out = out.view(-1, out.size(-1))
-        for down, up, scale in terms:
-            flat_out.addmm_(flat @ down, up, alpha=scale)
+        for down, up, scale in terms:  # .to: a no-op in fp32; under a user's autocast the product is bf16
+            flat_out.addmm_((flat @ down).to(flat_out.dtype), up.to(flat_out.dtype), alpha=scale)
     return out

@@ -11,17 +11,20 @@ after the first stop token exactly as it would; only the code that computes the 
 
 Two kinds of copy:
 - Live adapter (fp32 weights, MKL's packed gemm available, at most rlft.packed_linear.MAX_THREADS compute
-  threads, plain LoRA adapters, nothing trainable outside them: rlft's own LoRA runs on the CPU). The copy's
-  weights are the policy's own frozen tensors (no second set in memory), its linear layers are packed for MKL
+  threads when attached, plain LoRA on linear layers only, nothing trainable outside the adapter: rlft's own
+  LoRA runs on the CPU). The copy's weights are the policy's own frozen tensors (new Parameters over them
+  that share their version counters, so a pack sees any in-place change; a second set exists only for a
+  moment while the copy is built), its linear layers are packed for MKL
   once, at the first decode (rlft.packed_linear), and each adapted layer adds scale * (x A^T) B^T from views
   of the policy's adapter weights, so an optimizer step needs no refresh and no re-pack. Measured on SmolLM2,
   a GRPO step's decode of 8 x 48 tokens, interleaved in one process: two threads 3.1-3.7 s against 3.3-4.2 s
   for the merged copy (which cannot be packed at two threads: see below); one thread 4.7-5.6 s against
   4.3-5.1 s for a merged packed copy, which also paid ~0.35 s a step to refresh and re-pack; peak RSS of
   `rlft grpo` 3.0-3.1 GB against 3.2-4.1 GB.
-- Merged (everything else: bf16 bases, adapters other than plain LoRA, trainable weights outside the
-  adapter). A plain copy in the dtype of the policy's base weights (bf16 on CPUs with bf16 units,
-  rlft.precision) with the adapter merged in: marked stale after every optimizer step (torch's global
+- Merged (everything else: bf16 bases, LoRA on embeddings or with fan-in-fan-out weights or variants,
+  trainable weights outside the adapter, more threads than MAX_THREADS, a torch without MKL's packed gemm).
+  A plain copy in the dtype of the policy's base weights (bf16 on CPUs with bf16 units, rlft.precision) with
+  the adapter merged in: marked stale after every optimizer step (torch's global
   optimizer-step hook, so TRL's trainers and rlft's PPO need no code of their own) and rebuilt lazily at the
   next `generate`; it starts stale, so weights restored by `--resume` are seen. A refresh recomputes
   W + scale * B @ A for each adapted layer in fp32 (in place for an fp32 copy) and rounds once into the copy;
@@ -30,8 +33,13 @@ Two kinds of copy:
   (rlft.packed_linear).
 
 Where no copy is used (the policy's own `generate` runs): GPUs (TRL samples there, or vLLM), models without a
-LoRA adapter (nothing to merge), DoRA, 4/8-bit bases, and while the adapter is disabled
-(`with model.disable_adapter()`: the copy would hold the adapted weights).
+LoRA adapter (nothing to merge), DoRA and LoRA with a bias on B (neither copy computes them), 4/8-bit bases,
+while the adapter is disabled (`with model.disable_adapter()`: the copy would hold the adapted weights), and
+while it is merged into the base (peft's `merge_adapter`: it would count twice).
+
+The policy's `generate` is the sampler's, so pickling or deep-copying the policy takes the sampler along:
+only its policy is kept, and the copy is rebuilt for the new policy at its first `generate` (MKL's packs
+cannot be copied).
 """
 
 from __future__ import annotations
@@ -76,27 +84,43 @@ class MergedSampler:
         self.live = _can_keep_adapter_out(policy, self.lora_layers, dtype)
         if self.live:
             self._share_base_and_wrap(base)
+        import weakref
+
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self._hook = register_optimizer_step_post_hook(self._mark_stale)
+        # a weak reference: the global hook must not keep the sampler (and the policy, copy, packs) alive
+        ref = weakref.ref(self)
+        self._hook = register_optimizer_step_post_hook(lambda *_: _mark_stale(ref))
+
+    def __getstate__(self) -> dict:
+        """Pickled or deep-copied with its policy (the policy's `generate` is this sampler's): only the policy
+        goes along, and the copy is rebuilt for it at its first `generate` (MKL packs cannot be copied)."""
+        return {"policy": self.policy}
+
+    def __setstate__(self, state: dict) -> None:
+        self.policy, self.copy = state["policy"], None
 
     def _share_base_and_wrap(self, base) -> None:
         """Live-adapter mode: the copy's weights become the policy's own frozen tensors (no second set), and
         each adapted linear layer of the copy computes base(x) + scale * (x A^T) B^T from the policy's live
         adapter weights, so an update needs no refresh and the base stays packed."""
+        import torch
+
         from rlft.packed_linear import add_terms
 
-        for param, src, _ in self.pairs:
-            param.data = src.detach()
+        # new Parameters over the policy's tensors: `detach` shares their version counter, so a pack sees any
+        # in-place change of the policy's weight (`param.data = ...` would keep the copy's own counter)
+        shared = {id(param): torch.nn.Parameter(src.detach(), requires_grad=False) for param, src, _ in self.pairs}
+        for module in self.copy.modules():
+            for attr, param in list(module._parameters.items()):
+                if param is not None and id(param) in shared:
+                    module._parameters[attr] = shared[id(param)]
         self.live_layers = [(self.copy.get_submodule(name), module) for name, module in base.named_modules()
                             if _is_lora(module)]
         for layer, lora in self.live_layers:
             add_terms(layer, _live_terms(lora))
         self.pairs = []
         self.copy.requires_grad_(False)
-
-    def _mark_stale(self, *_: Any) -> None:
-        self.stale = True
 
     def refresh(self) -> None:
         """Rebuild the copy from the policy's current weights (adapter merged, rounded once); in live-adapter
@@ -119,7 +143,7 @@ class MergedSampler:
                 elif lora is not None:
                     merged = src.to(torch.float32)
                     for name in lora.active_adapters:
-                        if name in lora.lora_A:
+                        if name in lora.lora_A or name in getattr(lora, "lora_embedding_A", {}):
                             merged = merged + lora.get_delta_weight(name).to(torch.float32)
                     dst.copy_(merged)
                 elif src.requires_grad or not self._copied_frozen:
@@ -131,7 +155,11 @@ class MergedSampler:
     def generate(self, *args: Any, **kwargs: Any):
         import torch
 
-        if any(getattr(m, "disable_adapters", False) for m in self.lora_layers[:1]):
+        if self.copy is None and "generate" in self.policy.__dict__:  # a pickled or deep-copied policy's
+            self.__init__(self.policy)
+        if any(getattr(m, "disable_adapters", False) for m in self.lora_layers[:1]) or any(
+                getattr(m, "merged", False) for m in self.lora_layers):
+            # adapter off: the copy holds it; merged into the base (peft's merge_adapter): it would count twice
             return self._policy_generate(*args, **kwargs)
         if self.stale:
             self.refresh()
@@ -153,6 +181,12 @@ class MergedSampler:
         self.policy.__dict__.pop("generate", None)
         self.policy.__dict__.pop("rlft_sampler", None)
         self.copy = None
+
+
+def _mark_stale(ref) -> None:
+    sampler = ref()
+    if sampler is not None:
+        sampler.stale = True
 
 
 def _live_terms(lora) -> list:
@@ -186,8 +220,10 @@ def _plain_adapters(lora) -> bool:
 
     if getattr(lora, "fan_in_fan_out", False) or getattr(lora, "lora_variant", None):
         return False
+    if type(lora.base_layer) is not torch.nn.Linear:  # embeddings, convolutions: get_delta_weight
+        return False
     return all(type(lora.lora_A[n]) is torch.nn.Linear and type(lora.lora_B[n]) is torch.nn.Linear
-               for n in lora.active_adapters if n in lora.lora_A)
+               and lora.lora_B[n].bias is None for n in lora.active_adapters if n in lora.lora_A)
 
 
 def _is_lora(module) -> bool:
@@ -205,8 +241,9 @@ def attach(policy, console=None) -> MergedSampler | None:
         return None
     base = policy.get_base_model()
     layers = [m for m in base.modules() if _is_lora(m)]
-    if not layers or any(getattr(m, "use_dora", {}).get(a) for m in layers for a in m.active_adapters):
-        return None
+    if not layers or any(getattr(m, "use_dora", {}).get(a) or getattr(m, "lora_bias", {}).get(a)
+                         for m in layers for a in m.active_adapters):
+        return None  # DoRA's norms, a bias on B: neither copy computes them
     if getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False):
         return None
     sampler = MergedSampler(policy)

@@ -40,6 +40,25 @@ def test_greedy_decoding_gives_generates_tokens(model, stops):
     assert got is not None and torch.equal(got, want)
 
 
+@pytest.mark.parametrize("pack", [False, True])
+def test_distinct_prompts_keep_their_rows(model, pack, one_thread):
+    """Every prompt distinct, in an order torch.unique (which finds the repeats) sorts differently: each row
+    gets its own prompt's completion, as generate gives it (review: rlft eval and the held-out checks got
+    the completions in sorted order when no prompt repeated)."""
+    from rlft.decode import decode
+    from rlft.packed_linear import unpack
+
+    ids = torch.tensor([[50, 60, 70, 80], [0, 0, 9, 8], [40, 30, 20, 10], [0, 12, 13, 14]])
+    mask = ids.ne(0).long()
+    cfg = _config(do_sample=False, eos_token_id=[3], max_new_tokens=12)
+    with torch.no_grad():
+        want = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+        got = decode(model, input_ids=ids, attention_mask=mask, generation_config=cfg, pack=pack)
+        unpack(model)
+    assert not torch.equal(torch.unique(ids, dim=0), ids)  # the case: unique reorders these rows
+    assert got is not None and torch.equal(got, want)
+
+
 def test_rows_stop_at_their_own_stop_token_and_are_padded_after_it(model):
     from rlft.decode import decode
 

@@ -212,6 +212,96 @@ def test_a_trainable_weight_outside_the_adapter_keeps_the_merged_copy(policy, on
         sampler.detach()
 
 
+def _own(policy, ids, n=12):
+    return type(policy).generate(policy, input_ids=ids, attention_mask=ids.ne(-1), max_new_tokens=n,
+                                 do_sample=False, pad_token_id=0, eos_token_id=3)
+
+
+def test_the_shared_copy_sees_in_place_changes_of_the_policys_base(policy, one_thread):
+    """The live copy's weights are the policy's tensors with their version counter: a pack made before an
+    in-place change of a base weight is not used after it (review: `param.data =` kept a counter of its own)."""
+    import torch
+
+    from rlft.sampling import attach
+
+    ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
+    sampler = attach(policy)
+    try:
+        _greedy(policy, ids)
+        with torch.no_grad():
+            for layer in sampler.lora_layers:
+                layer.base_layer.weight.mul_(1.5)
+        assert torch.equal(_greedy(policy, ids), _own(policy, ids))
+    finally:
+        sampler.detach()
+
+
+def test_merged_adapters_embeddings_and_b_biases_sample_what_the_policy_would(tiny_dir, one_thread):
+    """peft's merge_adapter (the base then holds the adapter: generate is the policy's own), a LoRA on the
+    embedding (the merged copy, through peft's delta), a bias on B (no copy: neither computes it)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rlft.sampling import attach
+
+    ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
+
+    def build(**kw):
+        torch.manual_seed(0)
+        peft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_dir), LoraConfig(r=4, lora_alpha=8, **kw))
+        with torch.no_grad():
+            for name, p in peft.named_parameters():
+                if "lora_B" in name or "lora_embedding_B" in name:
+                    p.normal_(0, 0.5)
+        return peft
+
+    merged = build(target_modules="all-linear")
+    sampler = attach(merged)
+    _greedy(merged, ids)
+    merged.merge_adapter()
+    assert torch.equal(_greedy(merged, ids), _own(merged, ids))
+    merged.unmerge_adapter()
+    assert torch.equal(_greedy(merged, ids), _own(merged, ids))
+    sampler.detach()
+
+    embedded = build(target_modules=["q_proj", "embed_tokens"])
+    sampler = attach(embedded)
+    assert sampler is not None and not sampler.live
+    assert torch.equal(_greedy(embedded, ids), _own(embedded, ids))
+    sampler.detach()
+
+    assert attach(build(target_modules="all-linear", lora_bias=True)) is None
+
+
+def test_a_deep_copied_or_pickled_policy_samples_its_own_weights(policy, one_thread):
+    """The policy's `generate` is the sampler's: a deep copy (or pickle) of the policy after sampling carries
+    no MKL packs (they cannot be copied) and rebuilds its copy for the new policy at its first `generate`."""
+    import copy
+    import io
+
+    import torch
+
+    from rlft.sampling import attach
+
+    ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
+    sampler = attach(policy)
+    try:
+        _greedy(policy, ids)
+        twin = copy.deepcopy(policy)
+        torch.save(policy, io.BytesIO())
+        with torch.no_grad():
+            for name, p in twin.named_parameters():
+                if "lora_B" in name:
+                    p.mul_(-1.0)
+        assert twin.rlft_sampler is not sampler and twin.rlft_sampler.policy is twin
+        assert torch.equal(_greedy(twin, ids), _own(twin, ids))
+        assert torch.equal(_greedy(policy, ids), _own(policy, ids))
+        assert not torch.equal(_own(twin, ids), _own(policy, ids))
+    finally:
+        sampler.detach()
+
+
 def test_no_copy_without_an_adapter(tiny_dir):
     from transformers import AutoModelForCausalLM
 

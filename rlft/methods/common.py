@@ -310,7 +310,7 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             # loads, before the trainer seeds itself: from train.seed, so a seeded run repeats.
             set_seed(cfg.train.seed)
             trainer = method.build(cfg, out, prepared)
-            if cfg.method in SAMPLING_METHODS:  # LoRA on the CPU: sample from a merged copy (rlft.sampling)
+            if cfg.method in SAMPLING_METHODS:  # LoRA on the CPU: sample from a plain copy (rlft.sampling)
                 from rlft.sampling import attach
                 from rlft.trl_cpu import keep_freed_memory, narrow_cpu_tiles, score_labelled_positions_only
 

@@ -88,7 +88,7 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
     model.generation_config.eos_token_id = stop_token_ids(tok, model)
     from rlft.sampling import attach
 
-    attach(model, console)  # the pre-flight samples the way training will (LoRA on the CPU: a merged copy)
+    attach(model, console)  # the pre-flight samples the way training will (LoRA on the CPU: a plain copy)
     result = None
     if sec["preflight"] or sec["filter_prompts"]:  # with tools, whole episodes (rlft.preflight._EpisodeSampler)
         import torch

@@ -197,7 +197,7 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
     tok, policy, ref, value = build_networks(cfg)
     from rlft.sampling import attach
 
-    attach(policy, console)  # LoRA on the CPU: rollouts from a merged copy of the policy (rlft.sampling)
+    attach(policy, console)  # LoRA on the CPU: rollouts from a plain copy of the policy (rlft.sampling)
     model = policy_and_value(policy, value)
     params = [p for p in model.parameters() if p.requires_grad]
     t = cfg.train  # AdamW as transformers' Trainer builds it: its TrainingArguments defaults, overridable here
