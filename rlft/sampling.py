@@ -14,9 +14,9 @@ Two kinds of copy:
   threads when attached, plain LoRA on linear layers only, nothing trainable outside the adapter: rlft's own
   LoRA runs on the CPU). The copy's weights are the policy's own frozen tensors (new Parameters over them
   that share their version counters, so a pack sees any in-place change; a second set exists only for a
-  moment while the copy is built), its linear layers are packed for MKL
-  once, at the first decode (rlft.packed_linear), and each adapted layer adds scale * (x A^T) B^T from views
-  of the policy's adapter weights, so an optimizer step needs no refresh and no re-pack. Measured on SmolLM2,
+  moment while the copy is built), its linear layers are packed for MKL once, at the first decode
+  (rlft.packed_linear), and each adapted layer adds scale * (x A^T) B^T from views of the policy's adapter
+  weights, so an optimizer step needs no refresh and no re-pack. Measured on SmolLM2,
   a GRPO step's decode of 8 x 48 tokens, interleaved in one process: two threads 3.1-3.7 s against 3.3-4.2 s
   for the merged copy (which cannot be packed at two threads: see below); one thread 4.7-5.6 s against
   4.3-5.1 s for a merged packed copy, which also paid ~0.35 s a step to refresh and re-pack; peak RSS of
@@ -24,9 +24,9 @@ Two kinds of copy:
 - Merged (everything else: bf16 bases, LoRA on embeddings or with fan-in-fan-out weights or variants,
   trainable weights outside the adapter, more threads than MAX_THREADS, a torch without MKL's packed gemm).
   A plain copy in the dtype of the policy's base weights (bf16 on CPUs with bf16 units, rlft.precision) with
-  the adapter merged in: marked stale after every optimizer step (torch's global
-  optimizer-step hook, so TRL's trainers and rlft's PPO need no code of their own) and rebuilt lazily at the
-  next `generate`; it starts stale, so weights restored by `--resume` are seen. A refresh recomputes
+  the adapter merged in: marked stale after every optimizer step (torch's global optimizer-step hook, so
+  TRL's trainers and rlft's PPO need no code of their own) and rebuilt lazily at the next `generate`; it
+  starts stale, so weights restored by `--resume` are seen. A refresh recomputes
   W + scale * B @ A for each adapted layer in fp32 (in place for an fp32 copy) and rounds once into the copy;
   frozen non-adapted weights are copied once. It is not packed: weights that change every step would be
   re-packed every step, and 540 MB of new packs a step among the training step's temporaries grew the heap
