@@ -16,8 +16,8 @@ Two kinds of copy:
   that share their version counters, so a pack sees any in-place change; a second set exists only for a
   moment while the copy is built), its linear layers are packed for MKL once, at the first decode
   (rlft.packed_linear), and each adapted layer adds scale * (x A^T) B^T from views of the policy's adapter
-  weights, so an optimizer step needs no refresh and no re-pack. Measured on SmolLM2,
-  a GRPO step's decode of 8 x 48 tokens, interleaved in one process: two threads 3.1-3.7 s against 3.3-4.2 s
+  weights, so an optimizer step needs no refresh and no re-pack. Measured on SmolLM2, a GRPO step's decode
+  of 8 x 48 tokens, interleaved in one process: two threads 3.1-3.7 s against 3.3-4.2 s
   for the merged copy (which cannot be packed at two threads: see below); one thread 4.7-5.6 s against
   4.3-5.1 s for a merged packed copy, which also paid ~0.35 s a step to refresh and re-pack; peak RSS of
   `rlft grpo` 3.0-3.1 GB against 3.2-4.1 GB.

@@ -20,7 +20,7 @@ SmolLM2, 2 x G 4 completions of 48 tokens, one thread: forward 1.72 -> 1.56 s, b
 tiles fold into the same online log-sum-exp, so the values agree to float rounding.
 
 Freed memory stays with the process. A GRPO/RLOO step on the CPU frees and reallocates the same few GB every
-step (activations, LM-head tiles, the sampling copy's packs). glibc hands large blocks back to the kernel
+step (activations, LM-head tiles). glibc hands large blocks back to the kernel
 when they are freed (each block over its mmap threshold is its own mapping, and the heap's top is trimmed),
 so the next step touches fresh pages that the kernel zeroes in page faults. On the VMs rlft is measured on
 (cold pages are reclaimed and free pages reported to the host) a first touch costs 2-25 us a page (`perf`:
@@ -28,7 +28,8 @@ clear_page under the page faults of matmul outputs). `keep_freed_memory()` sets 
 blocks come from the heap) and M_TRIM_THRESHOLD to 2 GB (the heap is not trimmed below that), so each step
 reuses the pages the last one had: `rlft grpo` on SmolLM2, 4 steps, one thread, interleaved: 37.7 and 37.1 s
 against 43.5 and 39.9 s, system time 2.5-2.8 s against 3.2-3.8 s, peak RSS 4.0-4.1 GB against 3.9 GB. (It
-did nothing before the packs moved to their own arena, rlft.packed_linear: the heap fragmented and grew.)
+did nothing while the sampling packs were re-made in the main heap every step: the heap fragmented and grew;
+they are now made once, rlft.packed_linear.)
 PyTorch's CPU tuning guide gets the same from preloading jemalloc or tcmalloc, which needs the variable set
 before the process starts. glibc on Linux only; elsewhere it does nothing and returns False.
 """
