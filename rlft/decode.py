@@ -238,6 +238,9 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
 
         pack = pack_linears(model, rows)
     finished = torch.zeros(rows, dtype=torch.bool, device=input_ids.device)  # packed: rows riding along
+    from rlft.decode_step import step_fn
+
+    lean = step_fn(model, cache)  # one token per row without transformers' per-step machinery, where it applies
     steps = 0
     for step in range(room):
         token = _next_tokens(logits, config)
@@ -260,6 +263,9 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
             cache.batch_select_indices(keep)
         mask = torch.cat([mask, mask.new_ones(mask.size(0), 1)], dim=1)
         last_position = last_position + 1
-        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=last_position[:, None],
-                       **{key: cache}, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+        if lean is not None:
+            logits = lean(token, last_position, mask).float()
+        else:
+            logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=last_position[:, None],
+                           **{key: cache}, use_cache=True, logits_to_keep=1).logits[:, -1].float()
     return torch.cat([input_ids, out[:, :steps]], dim=1)

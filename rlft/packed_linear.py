@@ -3,39 +3,45 @@
 A decode step multiplies a handful of rows (8 for 2 prompts x G 4) by every weight matrix of the model. For
 such skinny products MKL's sgemm spends most of its time re-packing the weight into its panel layout on each
 call: on SmolLM2-135M (576 x 1536, 8 rows, one thread, an Intel Xeon with AVX-512) `F.linear` took 0.61-0.80
-ms, at 4-6 GB/s of weight read, while the same product against a weight packed once
-(`torch.ops.mkl._mkl_reorder_linear_weight`, the op torch.compile's CPU freezing pass uses) took 0.37-0.49
-ms; decoding 8 x 48 tokens went from 5.9 s to 3.9 s with the same greedy tokens (BENCHMARKS.md).
+ms, at 4-6 GB/s of weight read, while the same product against a weight packed once took 0.37-0.49 ms;
+decoding 8 x 48 tokens went from 5.9 s to 3.9 s with the same greedy tokens (BENCHMARKS.md).
 
-The catch is MKL's: a packed weight serves only the row count it was packed for; any other count falls
-back to the plain product. So `pack(model, rows)` packs for one count and rlft.decode keeps its batch at that
-count (finished rows ride along) while it decodes from a packed model. Packing costs one more copy of the
-weights in memory (540 MB for SmolLM2-135M) and ~0.2 s; it is redone at the next `pack` for a layer whose
-weight changed (its in-place version counter moved) or for another row count. Until then a changed weight is
-multiplied plainly, never through its stale pack, and a `pack` that declines (too many rows, another dtype)
-drops every pack. A packed model cannot be deep-copied or pickled (MKL's packed tensors have no storage):
-`unpack` first (rlft.sampling's sampler drops its copy when pickled).
+The packing is MKL's own packed-gemm API (`cblas_sgemm_pack` once, `cblas_sgemm_compute` per product), the
+calls torch's `torch.ops.mkl._mkl_reorder_linear_weight` / `_mkl_linear` make (and torch.compile's CPU freezing
+pass uses), reached through ctypes in torch's own libtorch_cpu so that the packed weight lives in a buffer rlft
+owns: the products are bit-for-bit torch's (tests/test_decode.py), and a weight that changes is re-packed into
+the same buffer, with no new memory. `available()` checks the entry points on a small product once.
+
+A layer with low-rank terms (rlft.sampling's live LoRA adapter: scale * (x A^T) B^T per call) is packed with
+the terms merged in, W + scale * B A, computed in a scratch buffer per layer; an optimizer step that changes the
+adapter makes the next `pack` re-pack those layers in place. On SmolLM2 (210 adapted layers, rank 16, two
+threads) that costs ~0.1 s a step against ~0.5 s for the terms' two thin products per layer and token in a 48-token
+decode. Packing merged weights into new buffers every step (the first version) made 540 MB of new long-lived
+blocks per step among the training step's temporaries, and the heap grew (RSS 3.2 -> 5.1 GB over 5 steps,
+1-4 s of system time a step on VMs where the first touch of a page costs 2-25 us).
+
+The catch is MKL's: a packed weight serves the row count it was packed for. So `pack(model, rows)` packs for
+one count and rlft.decode keeps its batch at that count (finished rows ride along) while it decodes from a
+packed model. A product uses its pack only while the pack's state still holds: the row count, the thread
+count, the weight's and the terms' tensors and in-place version counters it was packed from. Otherwise it is
+the plain product plus the terms, never a stale pack; a `pack` that declines (too many rows, another dtype)
+drops every pack, and a pack that fails leaves its layer plain.
 
 Packs follow the thread count. MKL lays a packed weight out for the number of threads it packs with, and a
 product with that pack computes with that many. So `pack` packs in the calling thread, with the thread count
 torch computes with, and re-packs when that count changes. (SmolLM2, a GRPO step's decode of 8 x 48 tokens,
 two threads, interleaved in one process: packed with two threads 2.8-3.4 s against 3.2-4.1 s plain; packed
-with one thread and used with two, 4.8-5.3 s. Packing in a second thread, as the last version did to keep
-per-step packs out of the main heap, started a second OpenMP team, after which every parallel op of the
-main thread ran slower, plain ones included: 3.7 -> 6.1-6.6 s; BENCHMARKS.md.)
-
-Packs are meant to be made once. rlft.sampling keeps the LoRA adapter out of the packed weights (the frozen
-base weights are packed once, the adapter's two thin products are added per call), so a run packs at its
-first decode and never again: re-packing merged weights after every update made 540 MB of new long-lived
-blocks per step among the training step's temporaries and the heap grew (RSS 3.2 -> 5.1 GB over 5 `rlft
-grpo` steps on SmolLM2, 1-4 s of system time a step on VMs where a first touch of a page costs 2-25 us).
+with one thread and used with two, 4.8-5.3 s. Packing in a second thread started a second OpenMP team, after
+which every parallel op of the main thread ran slower, plain ones included: 3.7 -> 6.1-6.6 s; BENCHMARKS.md.)
 
 Used only where it applies: float32 weights on the CPU, at most MAX_THREADS compute threads (the counts
-measured), a torch built with MKL's packed-gemm ops; nothing happens elsewhere (bf16 copies, GPUs, other
-builds), and `pack` says so by returning False.
+measured), Linux with a torch built with MKL whose packed-gemm entry points answer the check; nothing
+happens elsewhere (bf16 copies, GPUs, other builds), and `pack` says so by returning False.
 """
 
 from __future__ import annotations
+
+import functools
 
 # packing is used only when torch computes with this many threads or fewer: the counts measured (1 and 2, on
 # 2-core machines); with more threads MKL's plain product of a few rows may split better than a pack
@@ -45,17 +51,72 @@ MAX_THREADS = 2
 # too large to keep whole when most of its rows have finished)
 MAX_ROWS = 32
 
+# MKL's CBLAS enumerations (mkl_cblas.h)
+_ROW_MAJOR, _NO_TRANS, _TRANS, _PACKED, _B_MATRIX = 101, 111, 112, 151, 162
 
-def available() -> bool:
-    """Whether this torch has MKL's packed sgemm ops."""
+
+@functools.cache
+def _mkl():
+    """MKL's packed-gemm entry points in this torch's libtorch_cpu (ctypes), or None where they are missing or
+    do not give a small product right."""
+    import ctypes
+    import os
+    import sys
+
     import torch
 
-    if not torch.backends.mkl.is_available():
-        return False
+    if not sys.platform.startswith("linux") or not torch.backends.mkl.is_available():
+        return None
     try:
-        return hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight") and hasattr(torch.ops.mkl, "_mkl_linear")
-    except (AttributeError, RuntimeError):
-        return False
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        size, pack, compute = lib.cblas_sgemm_pack_get_size, lib.cblas_sgemm_pack, lib.cblas_sgemm_compute
+    except (OSError, AttributeError):
+        return None
+    i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    size.argtypes, size.restype = [i, i, i, i], ctypes.c_size_t
+    pack.argtypes, pack.restype = [i, i, i, i, i, i, f, p, i, p], None
+    compute.argtypes, compute.restype = [i, i, i, i, i, i, p, i, p, i, f, p, i], None
+    mkl = (size, pack, compute)
+    g = torch.Generator().manual_seed(0)
+    weight, x = torch.randn(40, 24, generator=g), torch.randn(3, 24, generator=g)
+    try:
+        if size(_B_MATRIX, 3, 40, 24) < 40 * 24 * 4:
+            return None
+        out = _product(mkl, x, _pack(mkl, weight, 3), 40)
+    except Exception:  # noqa: BLE001 (any failure of the check means: not available)
+        return None
+    return mkl if torch.allclose(out, x @ weight.t(), atol=1e-5, rtol=1e-5) else None
+
+
+def available() -> bool:
+    """Whether this torch has MKL's packed sgemm, answering correctly through rlft's binding."""
+    return _mkl() is not None
+
+
+def _pack(mkl, weight, rows: int, buffer=None):
+    """`weight` [out, in] (fp32, contiguous) in MKL's packed layout for products of `rows` rows, made in this
+    thread with its thread count; written into `buffer` when given (a pack of the same shape)."""
+    import torch
+
+    size, pack, _ = mkl
+    n, k = weight.shape
+    numel = -(-size(_B_MATRIX, rows, n, k) // 4)
+    if buffer is None or buffer.numel() != numel:
+        buffer = torch.empty(numel, dtype=torch.float32)
+    pack(_ROW_MAJOR, _B_MATRIX, _TRANS, rows, n, k, 1.0, weight.data_ptr(), k, buffer.data_ptr())
+    return buffer
+
+
+def _product(mkl, flat, packed, n: int):
+    """flat [rows, in] (fp32) times the packed weight's transpose: [rows, n]."""
+    import torch
+
+    flat = flat.contiguous()
+    rows, k = flat.shape
+    out = torch.empty(rows, n, dtype=torch.float32)
+    mkl[2](_ROW_MAJOR, _NO_TRANS, _PACKED, rows, n, k, flat.data_ptr(), k, packed.data_ptr(), k, 0.0,
+           out.data_ptr(), n)
+    return out
 
 
 def _linears(model):
@@ -64,35 +125,62 @@ def _linears(model):
     return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
+def _state(m, rows: int, threads: int) -> tuple:
+    """What a layer's pack is made from: row and thread count, and the weight's and every term's tensor and
+    in-place version (a pack whose state differs from the layer's current one is stale)."""
+    w = m.weight
+    terms = m.__dict__.get("rlft_terms") or ()
+    return (rows, threads, w._version, w.data_ptr(), tuple(w.shape),
+            tuple((d._version, d.data_ptr(), u._version, u.data_ptr(), s) for d, u, s in terms))
+
+
 def pack(model, rows: int) -> bool:
-    """Pack every fp32 CPU nn.Linear of `model` for products of `rows` rows (re-packing those whose weight
-    changed since); True when the whole model is packed for `rows`, False where packing does not apply."""
+    """Pack every fp32 CPU nn.Linear of `model` (with its low-rank terms merged in) for products of `rows`
+    rows, re-packing in place those whose weight or terms changed since; True when the whole model is packed
+    for `rows`, False where packing does not apply."""
     import torch
 
     layers = _linears(model)
     threads = torch.get_num_threads()
-    applies = 1 <= rows <= MAX_ROWS and threads <= MAX_THREADS and available() and bool(layers) and all(
-        m.weight.dtype == torch.float32 and m.weight.device.type == "cpu" for m in layers)
+    applies = 1 <= rows <= MAX_ROWS and threads <= MAX_THREADS and bool(layers) and all(
+        m.weight.dtype == torch.float32 and m.weight.device.type == "cpu" for m in layers) and available()
     if not applies:
         unpack(model)  # packs for another count or older weights must not outlive a refusal
         return False
-    states = [(rows, threads, m.weight._version, m.weight.data_ptr()) for m in layers]
-    stale = [(m, state) for m, state in zip(layers, states) if getattr(m, "rlft_packed_state", None) != state]
-    for m, _ in stale:  # free every stale pack first: the new ones (same sizes, same order) reuse that memory
-        _drop_pack(m)  # plain nn.Linear (with its low-rank terms) until re-packed
+    stale = [(m, state) for m in layers
+             if m.__dict__.get("rlft_packed_state") != (state := _state(m, rows, threads))]
+    for m, state in stale:  # a pack for another shape of product is freed first (the new one reuses the memory)
+        old = m.__dict__.pop("rlft_packed_state", None)  # stale from here on, whatever happens below
+        if old is None or old[:2] != state[:2] or old[4] != state[4]:
+            _drop_pack(m)
+    mkl, scratch = _mkl(), None
     for m, state in stale:
-        m.rlft_packed, m.rlft_packed_state = _reorder(m.weight, rows), state
+        try:
+            weight, scratch = _merged(m, scratch)
+            m.rlft_packed = _pack(mkl, weight, rows, m.__dict__.get("rlft_packed"))
+        except BaseException:
+            _drop_pack(m)  # plain, never half-packed
+            raise
+        m.rlft_packed_state = state
         m.forward = _forward.__get__(m)
     return True
 
 
-def _reorder(weight, rows: int):
-    """MKL's packed layout of `weight` for `rows` rows, made in this thread with its thread count (the count
-    the pack then computes with)."""
+def _merged(m, scratch):
+    """The weight `m` computes with: its own, or W + scale * B A per low-rank term, in `scratch` (grown as
+    needed and returned for the next layer)."""
     import torch
 
-    with torch.no_grad():
-        return torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows)
+    weight = m.weight.detach()
+    terms = m.__dict__.get("rlft_terms")
+    if not terms:
+        return weight.contiguous(), scratch
+    if scratch is None or scratch.numel() < weight.numel():
+        scratch = torch.empty(weight.numel(), dtype=torch.float32)
+    merged = scratch[:weight.numel()].view(weight.shape).copy_(weight)
+    for down, up, scale in terms:  # x @ down @ up * scale == x @ (scale * up^T down^T)^T
+        merged.addmm_(up.t().to(torch.float32), down.t().to(torch.float32), alpha=scale)
+    return merged, scratch
 
 
 def unpack(model) -> None:
@@ -110,31 +198,32 @@ def _drop_pack(m) -> None:
 
 def add_terms(m, terms) -> None:
     """Give nn.Linear `m` low-rank terms [(down, up, scale)]: it computes linear(x) + scale * (x @ down) @ up
-    for each, packed or not (rlft.sampling's live LoRA adapter: down = A^T, up = B^T)."""
+    for each, from its pack (terms merged in) where the pack serves, plainly otherwise (rlft.sampling's live
+    LoRA adapter: down = A^T, up = B^T)."""
     m.rlft_terms = terms
     m.forward = _forward.__get__(m)
 
 
 def _forward(self, x):
-    """nn.Linear's product, from the pack where it serves (the row count, thread count and weight it was made
-    for; no autograd), plainly otherwise; plus the layer's low-rank terms."""
+    """nn.Linear's product plus the layer's low-rank terms: from the pack where it serves (made for this row
+    count, thread count, weight and terms; no autograd), plainly otherwise."""
     import torch
 
-    state = self.__dict__.get("rlft_packed_state")
-    flat = x.reshape(-1, x.size(-1))
-    if state is None or (
-            flat.size(0) != state[0] or torch.get_num_threads() != state[1] or self.weight._version != state[2]
-            or self.weight.data_ptr() != state[3] or x.dtype != torch.float32
-            or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
-        # not packed, another row or thread count, a weight changed since, or a product autograd must see
-        out = torch.nn.functional.linear(x, self.weight, self.bias)
-    else:
-        bias = None if self.bias is None else self.bias.detach()
-        out = torch.ops.mkl._mkl_linear(flat, self.rlft_packed, self.weight.detach(), bias, state[0])
-        out = out.reshape(*x.shape[:-1], out.size(-1))
-    terms = self.__dict__.get("rlft_terms")
+    terms = self.__dict__.get("rlft_terms") or ()
+    packed = self.__dict__.get("rlft_packed")
+    if packed is not None and x.dtype == torch.float32 and not (torch.is_grad_enabled() and (
+            x.requires_grad or self.weight.requires_grad or any(d.requires_grad or u.requires_grad
+                                                                for d, u, _ in terms))):
+        flat = x.reshape(-1, x.size(-1))
+        if self.__dict__.get("rlft_packed_state") == _state(self, flat.size(0), torch.get_num_threads()):
+            out = _product(_mkl(), flat, packed, self.out_features)
+            if self.bias is not None:
+                out.add_(self.bias.detach())
+            return out.view(*x.shape[:-1], out.size(-1))
+    out = torch.nn.functional.linear(x, self.weight, self.bias)
     if terms:
         flat_out = out.view(-1, out.size(-1))
+        flat = x.reshape(-1, x.size(-1))
         for down, up, scale in terms:  # .to: a no-op in fp32; under a user's autocast the product is bf16
             flat_out.addmm_((flat @ down).to(flat_out.dtype), up.to(flat_out.dtype), alpha=scale)
     return out

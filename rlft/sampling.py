@@ -14,13 +14,15 @@ Two kinds of copy:
   threads when attached, plain LoRA on linear layers only, nothing trainable outside the adapter: rlft's own
   LoRA runs on the CPU). The copy's weights are the policy's own frozen tensors (new Parameters over them
   that share their version counters, so a pack sees any in-place change; a second set exists only for a
-  moment while the copy is built), its linear layers are packed for MKL once, at the first decode
-  (rlft.packed_linear), and each adapted layer adds scale * (x A^T) B^T from views of the policy's adapter
-  weights, so an optimizer step needs no refresh and no re-pack. Measured on SmolLM2, a GRPO step's decode
-  of 8 x 48 tokens, interleaved in one process: two threads 3.1-3.7 s against 3.3-4.2 s
-  for the merged copy (which cannot be packed at two threads: see below); one thread 4.7-5.6 s against
-  4.3-5.1 s for a merged packed copy, which also paid ~0.35 s a step to refresh and re-pack; peak RSS of
-  `rlft grpo` 3.0-3.1 GB against 3.2-4.1 GB.
+  moment while the copy is built), and each adapted layer carries low-rank terms, scale * (x A^T) B^T, over
+  views of the policy's adapter weights (rlft.packed_linear.add_terms), so the copy needs no refresh. Its
+  linear layers are packed for MKL at the first decode with the terms merged in (W + scale * B A), and after
+  an optimizer step the next decode re-packs the adapted layers into the same buffers (~0.1 s on SmolLM2, no
+  new memory); a product whose pack is stale computes plainly and adds the terms. Measured on SmolLM2, a
+  GRPO step's decode of 8 x 48 tokens, interleaved in one process, two threads: terms added per call (the
+  previous version) median 3.76 s, merged packs re-packed after an update 3.48 s (8 rounds each; one thread
+  4.84 against 4.77 s); the terms-per-call version had measured 3.1-3.7 s against 3.3-4.2 s for the merged
+  copy (which is not packed: see below); peak RSS of `rlft grpo` 3.0-3.1 GB against 3.2-4.1 GB.
 - Merged (everything else: bf16 bases, LoRA on embeddings or with fan-in-fan-out weights or variants,
   trainable weights outside the adapter, more threads than MAX_THREADS, a torch without MKL's packed gemm).
   A plain copy in the dtype of the policy's base weights (bf16 on CPUs with bf16 units, rlft.precision) with
@@ -38,8 +40,8 @@ while the adapter is disabled (`with model.disable_adapter()`: the copy would ho
 while it is merged into the base (peft's `merge_adapter`: it would count twice).
 
 The policy's `generate` is the sampler's, so pickling or deep-copying the policy takes the sampler along:
-only its policy is kept, and the copy is rebuilt for the new policy at its first `generate` (MKL's packs
-cannot be copied).
+only its policy is kept, and the copy is rebuilt for the new policy at its first `generate` (the packs, 540 MB
+on SmolLM2, are not worth copying).
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class MergedSampler:
 
     def __getstate__(self) -> dict:
         """Pickled or deep-copied with its policy (the policy's `generate` is this sampler's): only the policy
-        goes along, and the copy is rebuilt for it at its first `generate` (MKL packs cannot be copied)."""
+        goes along, and the copy is rebuilt for it at its first `generate` (its packs are not copied)."""
         return {"policy": self.policy}
 
     def __setstate__(self, state: dict) -> None:
@@ -103,7 +105,7 @@ class MergedSampler:
     def _share_base_and_wrap(self, base) -> None:
         """Live-adapter mode: the copy's weights become the policy's own frozen tensors (no second set), and
         each adapted linear layer of the copy computes base(x) + scale * (x A^T) B^T from the policy's live
-        adapter weights, so an update needs no refresh and the base stays packed."""
+        adapter weights (merged into its pack at each decode after an update), so the copy needs no refresh."""
         import torch
 
         from rlft.packed_linear import add_terms
@@ -191,7 +193,7 @@ def _mark_stale(ref) -> None:
 
 def _live_terms(lora) -> list:
     """(A^T, B^T, scale) per active adapter of a peft LoRA layer: views of its weights, so they follow the
-    optimizer's in-place updates (rlft.packed_linear.add_terms computes x A^T B^T scale from them)."""
+    optimizer's in-place updates (rlft.packed_linear.add_terms: merged into the layer's pack, or added per call)."""
     return [(lora.lora_A[n].weight.detach().t(), lora.lora_B[n].weight.detach().t(), lora.scaling[n])
             for n in lora.active_adapters if n in lora.lora_A]
 
@@ -251,7 +253,7 @@ def attach(policy, console=None) -> MergedSampler | None:
     policy.__dict__["rlft_sampler"] = sampler
     if console is not None:
         dtype = str(sampler.copy.dtype).replace("torch.", "")
-        line = ("the policy's float32 base weights, packed once, with the adapter added live" if sampler.live else
+        line = ("the policy's float32 base weights, packed with the live adapter merged in" if sampler.live else
                 f"a merged {dtype} copy of the policy, refreshed after each update")
         console.print(f"sampling: {line}", highlight=False)
     return sampler

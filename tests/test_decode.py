@@ -287,8 +287,8 @@ def test_packed_linear_matches_and_follows_weight_changes(one_thread):
 
 def test_packs_are_made_in_the_calling_thread_and_only_stale_layers_are_redone(monkeypatch, one_thread):
     """Packs are made in the thread that computes (MKL lays them out for its thread count; a second thread's
-    OpenMP team slowed every later op); a re-pack redoes only the layers whose weight changed; a pack that
-    fails leaves plain layers, not stale packs."""
+    OpenMP team slowed every later op); a re-pack redoes only the layers whose weight changed, into the same
+    buffer; a pack that fails leaves a plain layer, not a stale or half-written pack."""
     import threading
 
     import rlft.packed_linear as pl
@@ -296,25 +296,79 @@ def test_packs_are_made_in_the_calling_thread_and_only_stale_layers_are_redone(m
     if not pl.available():
         pytest.skip("this torch has no MKL packed gemm")
     seen = []
-    real = pl._reorder
-    monkeypatch.setattr(pl, "_reorder", lambda weight, rows: seen.append(
-        (threading.current_thread(), weight.shape)) or real(weight, rows))
+    real = pl._pack
+    monkeypatch.setattr(pl, "_pack", lambda mkl, weight, rows, buffer=None: seen.append(
+        (threading.current_thread(), tuple(weight.shape), buffer is not None)) or real(mkl, weight, rows, buffer))
     model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Linear(40, 8))
     x = torch.randn(4, 24)
     with torch.no_grad():
         assert pl.pack(model, 4)
+        buffer = model[1].rlft_packed
         model[1].weight.add_(1.0)
         assert pl.pack(model, 4) and pl.pack(model, 4)  # the third call finds nothing stale
-        assert all(t is threading.current_thread() for t, _ in seen)
-        assert [tuple(s) for _, s in seen] == [(40, 24), (8, 40), (8, 40)]
+        assert all(t is threading.current_thread() for t, _, _ in seen)
+        assert [s[1:] for s in seen] == [((40, 24), False), ((8, 40), False), ((8, 40), True)]
+        assert model[1].rlft_packed is buffer  # re-packed in place
+        assert torch.allclose(model(x), torch.nn.functional.linear(torch.nn.functional.linear(
+            x, model[0].weight, model[0].bias), model[1].weight, model[1].bias), atol=1e-5)
         model[0].weight.add_(1.0)
-        monkeypatch.setattr(pl, "_reorder", lambda *a: (_ for _ in ()).throw(MemoryError("no room")))
+        monkeypatch.setattr(pl, "_pack", lambda *a: (_ for _ in ()).throw(MemoryError("no room")))
         with pytest.raises(MemoryError):
             pl.pack(model, 4)
         assert "forward" not in model[0].__dict__ and "rlft_packed" not in model[0].__dict__
         want = torch.nn.functional.linear(torch.nn.functional.linear(x, model[0].weight, model[0].bias),
                                           model[1].weight, model[1].bias)
         assert torch.allclose(model(x), want, atol=1e-5)  # layer 0 plain, layer 1 still its fresh pack
+
+
+def test_packed_products_are_torchs_mkl_products(one_thread):
+    """rlft's ctypes binding of MKL's packed gemm gives bit for bit what torch's own MKL ops give."""
+    import rlft.packed_linear as pl
+
+    if not pl.available() or not hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"):
+        pytest.skip("this torch has no MKL packed gemm")
+    g = torch.Generator().manual_seed(0)
+    for out, inp, rows in [(40, 24, 3), (192, 576, 8), (576, 1536, 8)]:
+        weight, x = torch.randn(out, inp, generator=g), torch.randn(rows, inp, generator=g)
+        want = torch.ops.mkl._mkl_linear(x, torch.ops.mkl._mkl_reorder_linear_weight(weight, rows), weight, None,
+                                         rows)
+        assert torch.equal(pl._product(pl._mkl(), x, pl._pack(pl._mkl(), weight, rows), out), want)
+
+
+def test_low_rank_terms_are_merged_into_the_pack_and_follow_updates(one_thread):
+    """A layer with low-rank terms (the live adapter) computes W x + scale (x A^T) B^T from its pack with the
+    terms merged in; an in-place change of A or B is never served from the old pack (plain product plus terms
+    until the next pack), and the next pack rewrites the same buffer."""
+    import rlft.packed_linear as pl
+
+    if not pl.available():
+        pytest.skip("this torch has no MKL packed gemm")
+    g = torch.Generator().manual_seed(0)
+    layer = torch.nn.Linear(24, 40)
+    a, b = torch.randn(4, 24, generator=g), torch.randn(40, 4, generator=g)  # lora_A [r, in], lora_B [out, r]
+    x = torch.randn(5, 24, generator=g)
+
+    def want():
+        return torch.nn.functional.linear(x, layer.weight, layer.bias) + 0.5 * (x @ a.t()) @ b.t()
+
+    with torch.no_grad():
+        pl.add_terms(layer, [(a.t(), b.t(), 0.5)])
+        assert torch.allclose(layer(x), want(), atol=1e-5)  # not packed yet: plain + terms
+        assert pl.pack(layer, 5)
+        buffer = layer.rlft_packed
+        assert torch.allclose(layer(x), want(), atol=1e-5)  # from the merged pack
+        b.mul_(-3.0)  # an optimizer step on B, in place
+        assert torch.allclose(layer(x), want(), atol=1e-5)  # stale pack not used
+        assert pl.pack(layer, 5) and layer.rlft_packed is buffer
+        assert torch.allclose(layer(x), want(), atol=1e-5)
+        calls = []
+        real = torch.nn.functional.linear
+        try:
+            torch.nn.functional.linear = lambda *args: calls.append(1) or real(*args)
+            layer(x)
+        finally:
+            torch.nn.functional.linear = real
+        assert not calls  # the product came from the pack
 
 
 def test_reserved_cache_matches_dynamic_cache(model):
@@ -477,3 +531,125 @@ def test_keep_freed_memory_serves_large_blocks_from_the_heap_and_keeps_them(tmp_
     assert mapped >= 64 and kept < 64
     mapped, kept = run("keep")
     assert mapped == 0 and kept >= 64
+
+
+def _small(family, **kw):
+    """A random two-layer causal LM of a layout rlft.decode_step knows (GQA: 4 query heads over 2)."""
+    import transformers
+
+    names = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}[family]
+    shape = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128, max_position_embeddings=256, pad_token_id=0)
+    config = getattr(transformers, f"{names}Config")(**{**shape, **kw})
+    torch.manual_seed(0)
+    return getattr(transformers, f"{names}ForCausalLM")(config).eval()
+
+
+def _prefilled(model, ids, mask, room):
+    """rlft.decode's reserved cache after the model's own prefill of left-padded `ids`."""
+    from rlft.decode import reserved_cache
+
+    cache = reserved_cache(model.config, room)
+    position = (mask.cumsum(-1) - 1).clamp(min=0)
+    model(input_ids=ids, attention_mask=mask, position_ids=position, cache=cache, use_cache=True)
+    return cache, position[:, -1]
+
+
+@pytest.mark.parametrize("family,kw", [("llama", {}), ("llama", dict(num_key_value_heads=4)),
+                                       ("llama", dict(rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                                       "rope_theta": 10000.0})),
+                                       ("qwen2", {}), ("mistral", dict(sliding_window=None))])
+def test_lean_step_gives_the_models_logits_and_cache(family, kw):
+    """Step by step from the same prefill, the lean one-token forward and the model's forward agree on the
+    logits and write the same keys and values (left padding, GQA, rope scaling, Qwen2's q/k/v biases)."""
+    from rlft.decode_step import step_fn
+
+    model = _small(family, **kw)
+    if family == "qwen2":  # random init leaves the biases zero: make them count
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_proj.bias.normal_(0, 0.5)
+                layer.self_attn.k_proj.bias.normal_(0, 0.5)
+    ids = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25], [0, 0, 0, 0, 31]])
+    mask = ids.ne(0).long()
+    with torch.no_grad():
+        lean_cache, last = _prefilled(model, ids, mask, 8)
+        ref_cache, _ = _prefilled(model, ids, mask, 8)
+        step = step_fn(model, lean_cache)
+        assert step is not None
+        token = torch.tensor([5, 6, 7])
+        for _ in range(6):
+            mask = torch.cat([mask, mask.new_ones(3, 1)], dim=1)
+            last = last + 1
+            got = step(token, last, mask)
+            want = model(input_ids=token[:, None], attention_mask=mask, position_ids=last[:, None],
+                         cache=ref_cache, use_cache=True).logits[:, -1]
+            torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+            token = want.argmax(-1)
+        for a, b in zip(lean_cache.layers, ref_cache.layers):
+            torch.testing.assert_close(a.keys, b.keys)
+            torch.testing.assert_close(a.values, b.values)
+
+
+def _subclassed():
+    from transformers import LlamaForCausalLM
+
+    class Patched(LlamaForCausalLM):
+        pass
+
+    model = _small("llama")
+    model.__class__ = Patched
+    return model
+
+
+@pytest.mark.parametrize("change", ["subclass", "layer hook", "norm forward", "training", "sliding window",
+                                    "flex attention"])
+def test_lean_step_declines_what_it_cannot_vouch_for(change):
+    """Anything that could make the model's forward differ from the lean arithmetic sends rlft.decode back to
+    the model's forward; greedy tokens stay generate's."""
+    from rlft.decode import decode
+    from rlft.decode_step import eligible
+
+    model = _small("llama")
+    assert eligible(model)
+    if change == "subclass":
+        model = _subclassed()
+    elif change == "layer hook":
+        model.model.layers[1].register_forward_hook(lambda mod, args, out: out)
+    elif change == "norm forward":
+        model.model.layers[0].post_attention_layernorm.forward = lambda x: x
+    elif change == "training":
+        model.train()
+    elif change == "sliding window":
+        model = _small("mistral", sliding_window=3)
+    elif change == "flex attention":
+        model.config._attn_implementation = "flex_attention"
+    assert not eligible(model)
+    model.config._attn_implementation = "sdpa"
+    if change in ("training", "subclass", "sliding window"):
+        model.eval()
+        ids = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25]])
+        cfg = _config(do_sample=False, eos_token_id=[96], max_new_tokens=10)
+        with torch.no_grad():
+            want = model.generate(input_ids=ids, attention_mask=ids.ne(0).long(), generation_config=cfg)
+            got = decode(model, input_ids=ids, attention_mask=ids.ne(0).long(), generation_config=cfg)
+        assert torch.equal(got, want)
+
+
+def test_lean_step_calls_projections_as_modules(model):
+    """Hooks on the linear layers, which the lean step calls as modules, still fire: one call per projection
+    per layer per token (rlft.packed_linear's packs and the live adapter's terms ride on those calls)."""
+    from rlft.decode import decode
+    from rlft.decode_step import eligible
+
+    calls = []
+    handle = model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, a, o: calls.append(a[0].shape))
+    try:
+        assert eligible(model)
+        ids, mask = _prompts()
+        with torch.no_grad():
+            decode(model, input_ids=ids, attention_mask=mask,
+                   generation_config=_config(do_sample=False, eos_token_id=[999], max_new_tokens=5))
+    finally:
+        handle.remove()
+    assert [tuple(s) for s in calls[1:]] == [(5, 1, model.config.hidden_size)] * 4  # prefill, then 4 lean steps

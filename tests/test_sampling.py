@@ -152,8 +152,8 @@ def test_the_merged_copy_samples_what_the_policy_would_and_follows_each_update(p
 
 def test_fp32_sampling_shares_the_base_packs_it_once_and_reads_the_adapter_live(policy, one_thread):
     """Live-adapter mode: the copy holds the policy's own base tensors (no second set), its linear layers are
-    packed once at the first decode and never re-packed after an update, and the sampled tokens follow the
-    adapter's updates as the policy's own generate does."""
+    packed at the first decode with the adapter merged in and re-packed into the same buffers after an update,
+    and the sampled tokens follow the adapter's updates as the policy's own generate does."""
     import torch
 
     from rlft import packed_linear
@@ -173,12 +173,13 @@ def test_fp32_sampling_shares_the_base_packs_it_once_and_reads_the_adapter_live(
                                                       max_new_tokens=6, do_sample=False, pad_token_id=0,
                                                       eos_token_id=3))
         layer = sampler.copy.model.layers[0].self_attn.q_proj
-        pack = layer.rlft_packed
+        pack, state = layer.rlft_packed, layer.rlft_packed_state[-1]
         opt = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=5.0)
         policy(input_ids=ids, labels=ids).loss.backward()
         opt.step()
         after = _greedy(policy, ids)
-        assert layer.rlft_packed is pack  # the frozen base was not re-packed
+        assert layer.rlft_packed is pack  # re-packed in place: no new memory
+        assert layer.rlft_packed_state[-1] != state  # with the updated adapter
         assert torch.equal(after, type(policy).generate(policy, input_ids=ids, attention_mask=ids.ne(-1),
                                                         max_new_tokens=12, do_sample=False, pad_token_id=0,
                                                         eos_token_id=3))

@@ -1,0 +1,145 @@
+"""A lean one-token forward for Llama-layout causal LMs: what rlft.decode runs for each new token.
+
+After the prefill (the model's own forward), every step of rlft.decode feeds one token per row. Through
+transformers' modules that step is some 6,000 small tensor ops on SmolLM2-135M (the mask builder, the cache's
+dispatch, per-module reshapes and dtype casts, keyword plumbing), as much wall time on a CPU as the weight
+products themselves at 8 rows. `step_fn(model, cache)` returns a function that computes the same logits from
+the same modules' weights with only the ops the arithmetic needs; the linear layers are still called as
+modules, so rlft.packed_linear's packs, the live adapter's low-rank terms (rlft.sampling), peft's LoRA
+layers and any hook on a projection apply as before.
+
+It knows one layout exactly: transformers' Llama (SmolLM2, Llama 2/3, the tiny model rlft builds), Qwen2 and
+Mistral, whose decoder layers are pre-norm RMSNorm, rotary attention with grouped key/value heads, residual,
+RMSNorm, gated MLP. Anything else (another class, a subclass, a hook or patched forward on a module it would
+skip, sliding-window layers, an attention implementation other than sdpa/eager, a model in training mode)
+gets None and rlft.decode calls the model's forward as before.
+
+Same arithmetic as transformers' forward, in the same dtype, with two departures that change the order of
+floating-point operations, not the math: RMSNorm is torch's `rms_norm` (exact for fp32 weights; fp16/bf16
+models use transformers' formula), and the single query's heads are grouped by their key/value head
+(transformers' own `pack_gqa` for one-token sdpa) instead of repeating keys and values. Greedy tokens equal
+the model's forward on the tiny model and SmolLM2 (tests/test_decode.py).
+"""
+
+from __future__ import annotations
+
+# (module of transformers.models, causal LM, decoder layer, attention, MLP, RMSNorm) class names
+LAYOUTS = {
+    "llama": ("LlamaForCausalLM", "LlamaDecoderLayer", "LlamaAttention", "LlamaMLP", "LlamaRMSNorm"),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2DecoderLayer", "Qwen2Attention", "Qwen2MLP", "Qwen2RMSNorm"),
+    "mistral": ("MistralForCausalLM", "MistralDecoderLayer", "MistralAttention", "MistralMLP", "MistralRMSNorm"),
+}
+
+
+def _layout_classes(model):
+    """The layout's classes when `model` is exactly one of LAYOUTS' causal LMs (no subclass), else None."""
+    import importlib
+
+    cls = type(model)
+    for family, names in LAYOUTS.items():
+        if cls.__name__ != names[0]:
+            continue
+        try:
+            module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+        except ImportError:
+            return None
+        classes = tuple(getattr(module, name, None) for name in names)
+        return classes if classes[0] is cls else None
+    return None
+
+
+def _plain(module) -> bool:
+    """A module whose own forward would be skipped: nothing may be attached to it."""
+    return not (module._forward_hooks or module._forward_pre_hooks or "forward" in module.__dict__
+                or hasattr(module, "_hf_hook"))
+
+
+def eligible(model) -> bool:
+    """Whether step_fn's arithmetic is exactly `model`'s (see the module docstring)."""
+    classes = _layout_classes(model)
+    if classes is None or model.training:
+        return False
+    _, layer_cls, attn_cls, mlp_cls, norm_cls = classes
+    config = model.config
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return False
+    if any(t != "full_attention" for t in (getattr(config, "layer_types", None) or [])):
+        return False
+    inner = getattr(model, "model", None)
+    layers = list(getattr(inner, "layers", []) or [])
+    if not layers or len(layers) < config.num_hidden_layers or not isinstance(getattr(inner, "norm", None), norm_cls):
+        return False
+    skipped = [model, inner, inner.norm]
+    for layer in layers[:config.num_hidden_layers]:
+        if not (type(layer) is layer_cls and type(layer.self_attn) is attn_cls and type(layer.mlp) is mlp_cls
+                and type(layer.input_layernorm) is norm_cls and type(layer.post_attention_layernorm) is norm_cls):
+            return False
+        skipped += [layer, layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm]
+    from torch.nn.modules import module as torch_module
+
+    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        return False  # hooks on every module's call: the skipped calls would miss them
+    return all(_plain(m) for m in skipped)
+
+
+def step_fn(model, cache):
+    """`step(tokens, positions, mask) -> logits` for one new token per row, or None where not eligible.
+
+    tokens, positions: [rows] (int); mask: [rows, cached + 1], 1 where a row attends (the left padding 0);
+    `cache`: the prefilled cache (rlft.decode's reserved one), updated as the model's forward would.
+    Returns the last position's logits, [rows, vocab], in the model's dtype."""
+    import torch
+    import torch.nn.functional as F
+    from transformers.cache_utils import DynamicLayer
+
+    if not eligible(model):
+        return None
+    config = model.config
+    inner = model.model
+    layers = list(inner.layers[:config.num_hidden_layers])
+    cache_layers = list(getattr(cache, "layers", []) or [])
+    # per-row key/value layers that append (rlft.decode's in-place ones, transformers' DynamicLayer); the
+    # layouts here have no sliding windows (eligible)
+    if len(cache_layers) != len(layers) or not all(isinstance(c, DynamicLayer) for c in cache_layers):
+        return None
+    attn0 = layers[0].self_attn
+    head_dim = attn0.head_dim
+    kv_heads = config.num_key_value_heads
+    groups = config.num_attention_heads // kv_heads
+    if groups * kv_heads != config.num_attention_heads:
+        return None
+    hidden = config.hidden_size
+
+    def norm(x, module):
+        if module.weight.dtype == torch.float32 and x.dtype == torch.float32:
+            return F.rms_norm(x, (hidden,), module.weight, module.variance_epsilon)
+        return module.weight * F.rms_norm(x.float(), (hidden,), eps=module.variance_epsilon).to(x.dtype)
+
+    def rotate(x, cos, sin):
+        half = x.size(-1) // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    def step(tokens, positions, mask):
+        rows = tokens.size(0)
+        h = inner.embed_tokens(tokens[:, None])  # [rows, 1, hidden]
+        cos, sin = inner.rotary_emb(h, positions[:, None])  # [rows, 1, head_dim]
+        cos, sin = cos[:, None], sin[:, None]  # over (key/value head, query of the group)
+        keep = mask.bool()[:, None, None, :]  # [rows, 1, 1, cached + 1]
+        for layer, cached in zip(layers, cache_layers):
+            attn = layer.self_attn
+            x = norm(h, layer.input_layernorm)
+            # one query token: its heads grouped under their key/value head, as queries of that head
+            q = rotate(attn.q_proj(x).view(rows, kv_heads, groups, head_dim), cos, sin)
+            k = rotate(attn.k_proj(x).view(rows, kv_heads, 1, head_dim), cos, sin)
+            v = attn.v_proj(x).view(rows, kv_heads, 1, head_dim)
+            keys, values = cached.update(k, v)
+            a = F.scaled_dot_product_attention(q, keys, values, attn_mask=keep, scale=attn.scaling)
+            h = h + attn.o_proj(a.reshape(rows, 1, -1))
+            x = norm(h, layer.post_attention_layernorm)
+            mlp = layer.mlp
+            h = h + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+        return model.lm_head(norm(h, inner.norm))[:, -1]
+
+    return step
