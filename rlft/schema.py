@@ -88,6 +88,9 @@ def group_rl(num_generations: Field, beta: Field) -> dict[str, Field]:
                                 "never solved so far (rlft/prompt_band.py); plain: TRL's shuffled passes (the "
                                 "default: band did not beat it on the tiny math runs, bench/band_vs_plain.py)",
                                 choices=("band", "plain"), rlft_only=True),
+        "skip_zero_advantage": Field("bool", True, "skip the forward and backward of rows whose advantage is 0: "
+                                     "the same update, and TRL's entropy and clip metrics cover the rows trained "
+                                     "on (rlft/zero_advantage.py)", rlft_only=True),
         "heldout_max_new_tokens": Field("int", None, "generation budget for held-out evaluation "
                                         "(default: max_completion_length)", minimum=1, rlft_only=True),
         # Tools and environments (rlft/tools.py): GRPO only; RLOOTrainer has no tool loop in TRL 1.16

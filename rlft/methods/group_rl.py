@@ -125,6 +125,7 @@ def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_
     from rlft.data import to_dataset
     from rlft.prompt_sharing import with_prompt_sharing
     from rlft.run import is_main_process, write_json
+    from rlft.zero_advantage import with_zero_advantage_skip
 
     if prepared.preflight is not None and is_main_process():
         write_json(out / "preflight.json", prepared.preflight.as_dict())
@@ -135,6 +136,9 @@ def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_
     trainer_cls = with_prompt_sharing(with_band(trainer_cls, cfg.values[section]["prompt_sampler"]))
     if outer is not None:
         trainer_cls = outer(trainer_cls)
+    # outermost: the rows a zero advantage leaves out never reach the method's own hooks (rlft.zero_advantage)
+    if cfg.values[section]["skip_zero_advantage"]:
+        trainer_cls = with_zero_advantage_skip(trainer_cls)
     trainer = trainer_cls(model=prepared.model, reward_funcs=[prepared.reward_fn], args=args,
                           processing_class=prepared.tok, train_dataset=indexed(to_dataset(prepared.train_rows)),
                           **(tools.trainer_kwargs() if tools is not None else {}))
