@@ -14,25 +14,30 @@ RMSNorm, gated MLP. Anything else (another class, a subclass, a hook or patched 
 skip, sliding-window layers, an attention implementation other than sdpa/eager, a model in training mode)
 gets None and rlft.decode calls the model's forward as before.
 
-Same arithmetic as transformers' forward, in the same dtype, with two departures that change the order of
+Same arithmetic as transformers' forward, in the same dtype, with departures that change the order of
 floating-point operations, not the math: RMSNorm is torch's `rms_norm` (exact for fp32 weights; fp16/bf16
-models use transformers' formula), and the single query's heads are grouped by their key/value head
-(transformers' own `pack_gqa` for one-token sdpa) instead of repeating keys and values. Greedy tokens equal
-the model's forward on the tiny model and SmolLM2 (tests/test_decode.py).
+models use transformers' formula), the single query's heads are grouped by their key/value head
+(transformers' own `pack_gqa` for one-token sdpa) instead of repeating keys and values, and attention is
+sdpa (an fp32 model set to eager agrees to float rounding; eager in half precision is declined). Greedy
+tokens equal the model's forward on the tiny model and SmolLM2 (tests/test_decode.py). The skipped modules'
+classes must be transformers' own with transformers' own forward (a class-level patch, a registered
+attention function, a subclass anywhere, a hook, a module in training mode: declined).
 """
 
 from __future__ import annotations
 
-# (module of transformers.models, causal LM, decoder layer, attention, MLP, RMSNorm) class names
+# (module of transformers.models, causal LM, model, decoder layer, attention, MLP, RMSNorm) class names
 LAYOUTS = {
-    "llama": ("LlamaForCausalLM", "LlamaDecoderLayer", "LlamaAttention", "LlamaMLP", "LlamaRMSNorm"),
-    "qwen2": ("Qwen2ForCausalLM", "Qwen2DecoderLayer", "Qwen2Attention", "Qwen2MLP", "Qwen2RMSNorm"),
-    "mistral": ("MistralForCausalLM", "MistralDecoderLayer", "MistralAttention", "MistralMLP", "MistralRMSNorm"),
+    "llama": ("LlamaForCausalLM", "LlamaModel", "LlamaDecoderLayer", "LlamaAttention", "LlamaMLP", "LlamaRMSNorm"),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Model", "Qwen2DecoderLayer", "Qwen2Attention", "Qwen2MLP", "Qwen2RMSNorm"),
+    "mistral": ("MistralForCausalLM", "MistralModel", "MistralDecoderLayer", "MistralAttention", "MistralMLP",
+                "MistralRMSNorm"),
 }
 
 
 def _layout_classes(model):
-    """The layout's classes when `model` is exactly one of LAYOUTS' causal LMs (no subclass), else None."""
+    """The layout's classes when `model` is exactly one of LAYOUTS' causal LMs (no subclass) and every class's
+    forward is still transformers' own (no patch library has replaced one), else None."""
     import importlib
 
     cls = type(model)
@@ -44,8 +49,27 @@ def _layout_classes(model):
         except ImportError:
             return None
         classes = tuple(getattr(module, name, None) for name in names)
-        return classes if classes[0] is cls else None
+        if classes[0] is not cls or not all(_transformers_forward(c, module.__file__) for c in classes):
+            return None
+        return classes
     return None
+
+
+def _transformers_forward(cls, modeling_file: str) -> bool:
+    """Whether `cls.forward` is the one its modeling file defines, wrapped only by transformers' decorators."""
+    import os
+
+    import transformers
+
+    root = os.path.dirname(transformers.__file__)
+    f = cls.__dict__.get("forward") if cls is not None else None
+    if f is None:
+        return False
+    while getattr(f, "__wrapped__", None) is not None:
+        if not getattr(getattr(f, "__code__", None), "co_filename", "").startswith(root):
+            return False  # a wrapper from outside transformers
+        f = f.__wrapped__
+    return getattr(getattr(f, "__code__", None), "co_filename", None) == modeling_file
 
 
 def _plain(module) -> bool:
@@ -54,14 +78,31 @@ def _plain(module) -> bool:
                 or hasattr(module, "_hf_hook"))
 
 
+def _attention_is_transformers(model) -> bool:
+    """sdpa as transformers' own function, or eager for an fp32 model (in half precision eager's softmax runs in
+    fp32 and rounds differently from the lean step's sdpa); nothing registered over either name."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl == "sdpa":
+        return ALL_ATTENTION_FUNCTIONS.get_interface("sdpa", None) is sdpa_attention_forward
+    if impl == "eager":
+        unset = object()
+        return (ALL_ATTENTION_FUNCTIONS.get_interface("eager", unset) is unset
+                and all(p.dtype == torch.float32 for p in model.parameters()))
+    return False
+
+
 def eligible(model) -> bool:
-    """Whether step_fn's arithmetic is exactly `model`'s (see the module docstring)."""
+    """Whether step_fn's arithmetic is `model`'s (see the module docstring)."""
     classes = _layout_classes(model)
-    if classes is None or model.training:
+    if classes is None or any(m.training for m in model.modules()):
         return False
-    _, layer_cls, attn_cls, mlp_cls, norm_cls = classes
+    _, model_cls, layer_cls, attn_cls, mlp_cls, norm_cls = classes
     config = model.config
-    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
+    if not _attention_is_transformers(model):
         return False
     if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
         return False
@@ -69,7 +110,8 @@ def eligible(model) -> bool:
         return False
     inner = getattr(model, "model", None)
     layers = list(getattr(inner, "layers", []) or [])
-    if not layers or len(layers) < config.num_hidden_layers or not isinstance(getattr(inner, "norm", None), norm_cls):
+    if (type(inner) is not model_cls or not layers or len(layers) < config.num_hidden_layers
+            or type(getattr(inner, "norm", None)) is not norm_cls):
         return False
     skipped = [model, inner, inner.norm]
     for layer in layers[:config.num_hidden_layers]:

@@ -25,7 +25,9 @@ one count and rlft.decode keeps its batch at that count (finished rows ride alon
 packed model. A product uses its pack only while the pack's state still holds: the row count, the thread
 count, the weight's and the terms' tensors and in-place version counters it was packed from. Otherwise it is
 the plain product plus the terms, never a stale pack; a `pack` that declines (too many rows, another dtype)
-drops every pack, and a pack that fails leaves its layer plain.
+drops every pack, and a pack that fails leaves its layer plain. Version counters miss changes made without
+autograd's bookkeeping (torch's fused AdamW, TRL's default optimizer, steps without moving them; `.data`
+writes): whoever changes weights that way calls `invalidate` (rlft.sampling does before every decode).
 
 Packs follow the thread count. MKL lays a packed weight out for the number of threads it packs with, and a
 product with that pack computes with that many. So `pack` packs in the calling thread, with the thread count
@@ -150,8 +152,8 @@ def pack(model, rows: int) -> bool:
     stale = [(m, state) for m in layers
              if m.__dict__.get("rlft_packed_state") != (state := _state(m, rows, threads))]
     for m, state in stale:  # a pack for another shape of product is freed first (the new one reuses the memory)
-        old = m.__dict__.pop("rlft_packed_state", None)  # stale from here on, whatever happens below
-        if old is None or old[:2] != state[:2] or old[4] != state[4]:
+        m.__dict__.pop("rlft_packed_state", None)  # stale from here on, whatever happens below
+        if m.__dict__.get("rlft_packed_layout") != _layout(state):
             _drop_pack(m)
     mkl, scratch = _mkl(), None
     for m, state in stale:
@@ -161,9 +163,20 @@ def pack(model, rows: int) -> bool:
         except BaseException:
             _drop_pack(m)  # plain, never half-packed
             raise
-        m.rlft_packed_state = state
-        m.forward = _forward.__get__(m)
+        m.rlft_packed_state, m.rlft_packed_layout = state, _layout(state)
+        m.forward = functools.partial(_forward, m)  # by name: a packed model pickles
     return True
+
+
+def _layout(state: tuple) -> tuple:
+    """The part of a pack's state that fixes its buffer: row count, thread count, weight shape."""
+    return state[0], state[1], state[4]
+
+
+def invalidate(m) -> None:
+    """Mark `m`'s pack stale whatever its version counters say (a fused optimizer step or a `.data` write does
+    not move them): the next `pack` rewrites it in place, and until then `m` computes plainly."""
+    m.__dict__.pop("rlft_packed_state", None)
 
 
 def _merged(m, scratch):
@@ -190,7 +203,7 @@ def unpack(model) -> None:
 
 
 def _drop_pack(m) -> None:
-    for attr in ("rlft_packed", "rlft_packed_state"):
+    for attr in ("rlft_packed", "rlft_packed_state", "rlft_packed_layout"):
         m.__dict__.pop(attr, None)
     if "rlft_terms" not in m.__dict__:
         m.__dict__.pop("forward", None)
@@ -201,7 +214,7 @@ def add_terms(m, terms) -> None:
     for each, from its pack (terms merged in) where the pack serves, plainly otherwise (rlft.sampling's live
     LoRA adapter: down = A^T, up = B^T)."""
     m.rlft_terms = terms
-    m.forward = _forward.__get__(m)
+    m.forward = functools.partial(_forward, m)
 
 
 def _forward(self, x):
@@ -211,14 +224,16 @@ def _forward(self, x):
 
     terms = self.__dict__.get("rlft_terms") or ()
     packed = self.__dict__.get("rlft_packed")
-    if packed is not None and x.dtype == torch.float32 and not (torch.is_grad_enabled() and (
-            x.requires_grad or self.weight.requires_grad or any(d.requires_grad or u.requires_grad
-                                                                for d, u, _ in terms))):
+    bias = self.bias
+    if packed is not None and x.dtype == torch.float32 and x.size(-1) == self.in_features and not (
+            torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad
+                                         or (bias is not None and bias.requires_grad)
+                                         or any(d.requires_grad or u.requires_grad for d, u, _ in terms))):
         flat = x.reshape(-1, x.size(-1))
         if self.__dict__.get("rlft_packed_state") == _state(self, flat.size(0), torch.get_num_threads()):
             out = _product(_mkl(), flat, packed, self.out_features)
-            if self.bias is not None:
-                out.add_(self.bias.detach())
+            if bias is not None:
+                out.add_(bias.detach())
             return out.view(*x.shape[:-1], out.size(-1))
     out = torch.nn.functional.linear(x, self.weight, self.bias)
     if terms:

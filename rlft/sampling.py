@@ -16,9 +16,10 @@ Two kinds of copy:
   that share their version counters, so a pack sees any in-place change; a second set exists only for a
   moment while the copy is built), and each adapted layer carries low-rank terms, scale * (x A^T) B^T, over
   views of the policy's adapter weights (rlft.packed_linear.add_terms), so the copy needs no refresh. Its
-  linear layers are packed for MKL at the first decode with the terms merged in (W + scale * B A), and after
-  an optimizer step the next decode re-packs the adapted layers into the same buffers (~0.1 s on SmolLM2, no
-  new memory); a product whose pack is stale computes plainly and adds the terms. Measured on SmolLM2, a
+  linear layers are packed for MKL at the first decode with the terms merged in (W + scale * B A), and every
+  later decode re-packs the adapted layers into the same buffers (~0.1 s on SmolLM2, no new memory): always,
+  because torch's fused AdamW (TRL's default optimizer) updates the adapter without moving the version
+  counters a pack's staleness could be read from. A product whose pack is stale computes plainly. Measured on SmolLM2, a
   GRPO step's decode of 8 x 48 tokens, interleaved in one process, two threads: terms added per call (the
   previous version) median 3.76 s, merged packs re-packed after an update 3.48 s (8 rounds each; one thread
   4.84 against 4.77 s); the terms-per-call version had measured 3.1-3.7 s against 3.3-4.2 s for the merged
@@ -166,8 +167,13 @@ class MergedSampler:
         if self.stale:
             self.refresh()
         if self.live:  # the active adapters may have changed since: cheap to re-read
+            from rlft.packed_linear import invalidate
+
             for layer, lora in self.live_layers:
                 layer.rlft_terms = _live_terms(lora)
+                # re-merged into the pack at this decode whatever the version counters say: torch's fused
+                # AdamW (TRL's default optimizer) updates the adapter without moving them
+                invalidate(layer)
         from rlft.decode import decode
 
         with torch.no_grad():

@@ -1,0 +1,100 @@
+"""rlft.decode_step at its edges (a hostile review's cases): whatever would make the model's forward
+compute something else declines the lean step."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.test_decode import _prefilled, _small  # noqa: E402
+
+
+def _agree(model, atol=2e-5):
+    """Six lean steps against the model's forward from the same prefill (as test_decode's lean-step test)."""
+    from rlft.decode_step import step_fn
+
+    ids = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25], [0, 0, 0, 0, 31]])
+    mask = ids.ne(0).long()
+    with torch.no_grad():
+        lean_cache, last = _prefilled(model, ids, mask, 8)
+        ref_cache, _ = _prefilled(model, ids, mask, 8)
+        step = step_fn(model, lean_cache)
+        if step is None:
+            return  # declined: the model's forward runs, nothing to compare
+        token = torch.tensor([5, 6, 7])
+        for _ in range(6):
+            mask = torch.cat([mask, mask.new_ones(3, 1)], dim=1)
+            last = last + 1
+            got = step(token, last, mask)
+            want = model(input_ids=token[:, None], attention_mask=mask, position_ids=last[:, None],
+                         cache=ref_cache, use_cache=True).logits[:, -1]
+            torch.testing.assert_close(got, want, atol=atol, rtol=1e-5)
+            token = want.argmax(-1)
+
+
+def test_a_class_level_patch_of_a_skipped_forward_is_not_bypassed(monkeypatch):
+    """Monkeypatching the class (what kernel/patch libraries and users do: LlamaMLP.forward = ...) keeps the
+    type identical, so eligible() says yes and the lean step skips the patched forward."""
+    from transformers.models.llama import modeling_llama
+
+    orig = modeling_llama.LlamaMLP.forward
+    monkeypatch.setattr(modeling_llama.LlamaMLP, "forward", lambda self, x: 0.5 * orig(self, x))
+    _agree(_small("llama"))
+
+
+def test_a_registered_attention_function_is_not_bypassed(monkeypatch):
+    """The model's attention goes through ALL_ATTENTION_FUNCTIONS[config._attn_implementation]; a function
+    registered over "sdpa" is what the model's forward runs, the lean step calls F.sdpa itself."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    def scaled(module, q, k, v, mask, **kw):
+        out, w = sdpa_attention_forward(module, q, k, v, mask, **kw)
+        return out * 0.5, w
+
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, "sdpa", scaled)
+    _agree(_small("llama"))
+
+
+def test_a_subclassed_final_norm_is_not_bypassed():
+    """eligible() checks the final norm with isinstance (the layers' norms with `type is`)."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    class Scaled(LlamaRMSNorm):
+        def forward(self, x):
+            return 2.0 * super().forward(x)
+
+    model = _small("llama")
+    old = model.model.norm
+    model.model.norm = Scaled(old.weight.numel(), eps=old.variance_epsilon)
+    _agree(model)
+
+
+def test_a_subclassed_inner_model_is_not_bypassed():
+    """model.model's class is never checked: a LlamaModel subclass with its own forward is skipped."""
+    from transformers.models.llama.modeling_llama import LlamaModel
+
+    class Patched(LlamaModel):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            out.last_hidden_state = out.last_hidden_state * 0.5
+            return out
+
+    model = _small("llama")
+    model.model.__class__ = Patched
+    _agree(model)
+
+
+def test_an_attention_module_left_in_training_mode_keeps_its_dropout():
+    """eligible() reads model.training only; a submodule in training mode runs dropout in the model's forward."""
+    model = _small("llama", attention_dropout=0.5)
+    model.model.layers[0].self_attn.train()
+    torch.manual_seed(0)
+    _agree(model)
+
+
+def test_eager_bf16_logits_are_the_models():
+    """Eager attention in bf16 (softmax in fp32, cast to bf16, then a bf16 matmul) against the lean step's sdpa."""
+    model = _small("llama", attn_implementation="eager").to(torch.bfloat16)
+    _agree(model, atol=0.0)
