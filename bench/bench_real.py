@@ -217,7 +217,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for method, against, ours, theirs, ratio, goal in results:
         tps = f"{ours['tokens_per_s']:.0f}" if "tokens_per_s" in ours else "-"
-        mfu = f"{ours['mfu']:.0%} of {ours['dtype']}" if "mfu" in ours else "-"
+        mfu = f"{ours['mfu']:.0%} of {ours['dtype']}" if ours.get("mfu") else "-"
         name = "TRL script (fp32)" if against == "trl" else "rlft fp32"
         skipped = f"{ours['skipped']:.0%}" if "skipped" in ours else "-"
         every = f"{ours['every_ratio']:.2f}x" if "every_ratio" in ours else "-"
