@@ -7,30 +7,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.test_decode import _prefilled, _small  # noqa: E402
+from tests.test_decode import _lean_agrees, _small  # noqa: E402
 
 
 def _agree(model, atol=2e-5):
-    """Six lean steps against the model's forward from the same prefill (as test_decode's lean-step test)."""
-    from rlft.decode_step import step_fn
-
-    ids = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25], [0, 0, 0, 0, 31]])
-    mask = ids.ne(0).long()
-    with torch.no_grad():
-        lean_cache, last = _prefilled(model, ids, mask, 8)
-        ref_cache, _ = _prefilled(model, ids, mask, 8)
-        step = step_fn(model, lean_cache)
-        if step is None:
-            return  # declined: the model's forward runs, nothing to compare
-        token = torch.tensor([5, 6, 7])
-        for _ in range(6):
-            mask = torch.cat([mask, mask.new_ones(3, 1)], dim=1)
-            last = last + 1
-            got = step(token, last, mask)
-            want = model(input_ids=token[:, None], attention_mask=mask, position_ids=last[:, None],
-                         cache=ref_cache, use_cache=True).logits[:, -1]
-            torch.testing.assert_close(got, want, atol=atol, rtol=1e-5)
-            token = want.argmax(-1)
+    """The lean step either declines or gives the model's logits and cache (test_decode's comparison)."""
+    _lean_agrees(model, atol)
 
 
 def test_a_class_level_patch_of_a_skipped_forward_is_not_bypassed(monkeypatch):

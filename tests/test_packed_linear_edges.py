@@ -93,21 +93,11 @@ def test_a_trainable_bias_keeps_its_gradient_through_a_packed_layer(one_thread):
     assert layer.bias.grad is not None
 
 
-def test_a_packed_layer_deep_copies(one_thread):
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_packed_layer_copies(one_thread, how):
+    """A packed model deep-copies and pickles (its forward is a partial of a module-level function) and the copy
+    computes what the original does."""
     import copy
-
-    _need_mkl()
-    from rlft.packed_linear import pack
-
-    model = torch.nn.Sequential(torch.nn.Linear(16, 8))
-    with torch.no_grad():
-        assert pack(model, 4)
-        x = torch.randn(4, 16)
-        torch.testing.assert_close(copy.deepcopy(model)(x), model(x))
-
-
-def test_a_packed_layer_pickles(one_thread):
-    """(pre-existing: the instance `forward` is a bound `_forward`, pickled as getattr(layer, '_forward'))"""
     import pickle
 
     _need_mkl()
@@ -117,4 +107,5 @@ def test_a_packed_layer_pickles(one_thread):
     with torch.no_grad():
         assert pack(model, 4)
         x = torch.randn(4, 16)
-        torch.testing.assert_close(pickle.loads(pickle.dumps(model))(x), model(x))
+        other = copy.deepcopy(model) if how == "deepcopy" else pickle.loads(pickle.dumps(model))
+        torch.testing.assert_close(other(x), model(x))
