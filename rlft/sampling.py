@@ -31,9 +31,9 @@ Two kinds of copy:
   TRL's trainers and rlft's PPO need no code of their own) and rebuilt lazily at the next `generate`; it
   starts stale, so weights restored by `--resume` are seen. A refresh recomputes
   W + scale * B @ A for each adapted layer in fp32 (in place for an fp32 copy) and rounds once into the copy;
-  frozen non-adapted weights are copied once. It is not packed: weights that change every step would be
-  re-packed every step, and 540 MB of new packs a step among the training step's temporaries grew the heap
-  (rlft.packed_linear).
+  frozen non-adapted weights are copied once. It is not packed (the first packed version re-packed the whole
+  copy into new buffers every step and grew the heap; re-packing in place, as the live copy does, would now
+  allow it, not measured).
 
 Where no copy is used (the policy's own `generate` runs): GPUs (TRL samples there, or vLLM), models without a
 LoRA adapter (nothing to merge), DoRA and LoRA with a bias on B (neither copy computes them), 4/8-bit bases,
@@ -205,9 +205,9 @@ def _live_terms(lora) -> list:
 
 
 def _can_keep_adapter_out(policy, lora_layers, dtype) -> bool:
-    """Whether the copy can share the policy's base weights and add the adapter per call (live-adapter mode):
-    fp32 weights, MKL packing available at this thread count, plain LoRA adapters, and no trainable weight
-    outside the adapters (a shared weight that changes would have to be re-packed every step)."""
+    """Whether the copy can share the policy's base weights and carry the adapter as low-rank terms
+    (live-adapter mode): fp32 weights, MKL packing available at this thread count, plain LoRA adapters, and no
+    trainable weight outside the adapters (only the adapted layers are re-packed at each decode)."""
     import torch
 
     from rlft import packed_linear

@@ -28,8 +28,8 @@ clear_page under the page faults of matmul outputs). `keep_freed_memory()` sets 
 blocks come from the heap) and M_TRIM_THRESHOLD to 2 GB (the heap is not trimmed below that), so each step
 reuses the pages the last one had: `rlft grpo` on SmolLM2, 4 steps, one thread, interleaved: 37.7 and 37.1 s
 against 43.5 and 39.9 s, system time 2.5-2.8 s against 3.2-3.8 s, peak RSS 4.0-4.1 GB against 3.9 GB. (It
-did nothing while the sampling packs were re-made in the main heap every step: the heap fragmented and grew;
-they are now made once, rlft.packed_linear.)
+did nothing while the sampling packs were re-made as new buffers in the main heap every step: the heap
+fragmented and grew; they are now re-packed in place, rlft.packed_linear.)
 PyTorch's CPU tuning guide gets the same from preloading jemalloc or tcmalloc, which needs the variable set
 before the process starts. glibc on Linux only; elsewhere it does nothing and returns False.
 """
