@@ -159,29 +159,46 @@ def step_fn(model, cache):
             return F.rms_norm(x, (hidden,), module.weight, module.variance_epsilon)
         return module.weight * F.rms_norm(x.float(), (hidden,), eps=module.variance_epsilon).to(x.dtype)
 
-    def rotate(x, cos, sin):
-        half = x.size(-1) // 2
-        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    def rotate(x, cos, sin_signed):
+        # x * cos + rotate_half(x) * sin, with rotate_half(x) * sin == roll(x) * [-sin_1, sin_2]
+        return torch.addcmul(x * cos, x.roll(x.size(-1) // 2, -1), sin_signed)
+
+    projections: dict[int, list] = {}
+
+    def linears(rows: int) -> list:
+        """Per layer (q, k, v, o, gate, up, down), then the LM head: each projection's packed product where
+        it is packed for `rows` (rlft.packed_linear.direct, made once per row count of this decode), else
+        the module itself."""
+        if rows not in projections:
+            from rlft.packed_linear import direct
+
+            mods = [m for layer in layers for m in (layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                                    layer.self_attn.v_proj, layer.self_attn.o_proj,
+                                                    layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
+            projections[rows] = [direct(m, rows) or m for m in mods + [model.lm_head]]
+        return projections[rows]
 
     def step(tokens, positions, mask):
         rows = tokens.size(0)
+        lin = linears(rows)
         h = inner.embed_tokens(tokens[:, None])  # [rows, 1, hidden]
         cos, sin = inner.rotary_emb(h, positions[:, None])  # [rows, 1, head_dim]
-        cos, sin = cos[:, None], sin[:, None]  # over (key/value head, query of the group)
+        half = head_dim // 2
+        cos, sin = cos[:, None], torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, None]
         keep = mask.bool()[:, None, None, :]  # [rows, 1, 1, cached + 1]
-        for layer, cached in zip(layers, cache_layers):
+        for i, (layer, cached) in enumerate(zip(layers, cache_layers)):
+            q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj = lin[7 * i:7 * i + 7]
             attn = layer.self_attn
             x = norm(h, layer.input_layernorm)
             # one query token: its heads grouped under their key/value head, as queries of that head
-            q = rotate(attn.q_proj(x).view(rows, kv_heads, groups, head_dim), cos, sin)
-            k = rotate(attn.k_proj(x).view(rows, kv_heads, 1, head_dim), cos, sin)
-            v = attn.v_proj(x).view(rows, kv_heads, 1, head_dim)
+            q = rotate(q_proj(x).view(rows, kv_heads, groups, head_dim), cos, sin)
+            k = rotate(k_proj(x).view(rows, kv_heads, 1, head_dim), cos, sin)
+            v = v_proj(x).view(rows, kv_heads, 1, head_dim)
             keys, values = cached.update(k, v)
             a = F.scaled_dot_product_attention(q, keys, values, attn_mask=keep, scale=attn.scaling)
-            h = h + attn.o_proj(a.reshape(rows, 1, -1))
+            h = h + o_proj(a.reshape(rows, 1, -1))
             x = norm(h, layer.post_attention_layernorm)
-            mlp = layer.mlp
-            h = h + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
-        return model.lm_head(norm(h, inner.norm))[:, -1]
+            h = h + down_proj(layer.mlp.act_fn(gate_proj(x)) * up_proj(x))
+        return lin[-1](norm(h, inner.norm))[:, -1]
 
     return step

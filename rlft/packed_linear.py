@@ -190,9 +190,11 @@ def _merged(m, scratch):
         return weight.contiguous(), scratch
     if scratch is None or scratch.numel() < weight.numel():
         scratch = torch.empty(weight.numel(), dtype=torch.float32)
-    merged = scratch[:weight.numel()].view(weight.shape).copy_(weight)
-    for down, up, scale in terms:  # x @ down @ up * scale == x @ (scale * up^T down^T)^T
-        merged.addmm_(up.t().to(torch.float32), down.t().to(torch.float32), alpha=scale)
+    merged = scratch[:weight.numel()].view(weight.shape)
+    for i, (down, up, scale) in enumerate(terms):  # x @ down @ up * scale == x @ (scale * up^T down^T)^T
+        # the first term written with W in one pass (no copy of W first)
+        torch.addmm(weight if i == 0 else merged, up.t().to(torch.float32), down.t().to(torch.float32),
+                    alpha=scale, out=merged)
     return merged, scratch
 
 
@@ -215,6 +217,46 @@ def add_terms(m, terms) -> None:
     LoRA adapter: down = A^T, up = B^T)."""
     m.rlft_terms = terms
     m.forward = functools.partial(_forward, m)
+
+
+def direct(m, rows: int):
+    """`m`'s product from its pack as a plain function of x, for rows x in_features inputs, with none of the
+    per-call checks of its forward; None where `m` is not packed for `rows` now (state as `_forward` checks
+    it) or anything else would run on a call of `m` (hooks, a forward of its own). With grad enabled and a
+    weight that needs it, the function calls `m` (autograd must see the product).
+
+    For a caller that holds the weights still while it uses the function: rlft.decode_step makes these at
+    the first token of a decode (after `pack`), under no_grad, and drops them with the decode."""
+    import torch
+
+    forward = m.__dict__.get("forward")
+    if type(m) is not torch.nn.Linear or m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook"):
+        return None
+    if not (isinstance(forward, functools.partial) and forward.func is _forward and forward.args == (m,)):
+        return None
+    packed = m.__dict__.get("rlft_packed")
+    if packed is None or m.__dict__.get("rlft_packed_state") != _state(m, rows, torch.get_num_threads()):
+        return None
+    bias = m.bias
+    trains = m.weight.requires_grad or (bias is not None and bias.requires_grad) or any(
+        d.requires_grad or u.requires_grad for d, u, _ in m.__dict__.get("rlft_terms") or ())
+    compute, k, n = _mkl()[2], m.in_features, m.out_features
+    bias = bias.detach() if bias is not None else None
+
+    def product(x):
+        if trains and torch.is_grad_enabled():
+            return m(x)
+        flat = x.reshape(rows, k).contiguous()  # the shape MKL reads: a wrong one raises here
+        if flat.dtype != torch.float32:
+            raise ValueError(f"packed product: expected {rows} x {k} float32 rows, got {tuple(x.shape)} {x.dtype}")
+        out = torch.empty(rows, n, dtype=torch.float32)
+        compute(_ROW_MAJOR, _NO_TRANS, _PACKED, rows, n, k, flat.data_ptr(), k, packed.data_ptr(), k, 0.0,
+                out.data_ptr(), n)
+        if bias is not None:
+            out.add_(bias)
+        return out.view(*x.shape[:-1], n)
+
+    return product
 
 
 def _forward(self, x):

@@ -80,3 +80,27 @@ def test_eager_bf16_logits_are_the_models():
     """Eager attention in bf16 (softmax in fp32, cast to bf16, then a bf16 matmul) against the lean step's sdpa."""
     model = _small("llama", attn_implementation="eager").to(torch.bfloat16)
     _agree(model, atol=0.0)
+
+
+def test_a_hook_on_a_packed_projection_runs_in_a_packed_decode(tiny_dir, one_thread):
+    """The lean step calls packed projections directly (rlft.packed_linear.direct); a projection with a hook
+    is called as a module, so its hook sees every token."""
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    from rlft import packed_linear
+    from rlft.decode import decode
+
+    if not packed_linear.available():
+        pytest.skip("this torch has no MKL packed gemm")
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    calls = []
+    model.model.layers[0].mlp.up_proj.register_forward_hook(lambda m, args, out: calls.append(out.shape))
+    ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    cfg = GenerationConfig(do_sample=False, max_new_tokens=6, eos_token_id=[1], pad_token_id=0)
+    with torch.no_grad():
+        got = decode(model, input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=cfg, pack=True)
+        packed_linear.unpack(model)
+        calls.clear()
+        want = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=cfg)
+    assert torch.equal(got, want)
+    assert len(calls) == want.size(1) - ids.size(1)  # the prefill and every later token went through the hook

@@ -109,3 +109,35 @@ def test_a_packed_layer_copies(one_thread, how):
         x = torch.randn(4, 16)
         other = copy.deepcopy(model) if how == "deepcopy" else pickle.loads(pickle.dumps(model))
         torch.testing.assert_close(other(x), model(x))
+
+
+def test_a_direct_product_is_the_layers_and_declines_what_it_would_skip(one_thread):
+    """packed_linear.direct (rlft.decode_step's per-token products): the layer's own output, and None wherever
+    a call of the layer would do something else (a hook, another row count, a changed weight, a forward of its
+    own; with grad enabled, a weight that trains goes through the module)."""
+    _need_mkl()
+    from rlft.packed_linear import direct, pack
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 48))
+    layer, x = model[0], torch.randn(4, 64)
+    with torch.no_grad():
+        assert direct(layer, 4) is None  # not packed
+        assert pack(model, 4)
+        product = direct(layer, 4)
+        assert product is not None and torch.allclose(product(x), layer(x), atol=1e-5)
+        assert torch.allclose(product(x[:, None]), layer(x)[:, None], atol=1e-5)  # [rows, 1, in] as decode has
+        with pytest.raises(RuntimeError):
+            product(torch.randn(4, 80))  # the wrong width: refused before MKL reads
+        assert direct(layer, 5) is None  # packed for 4 rows
+        handle = layer.register_forward_hook(lambda *a: None)
+        assert direct(layer, 4) is None
+        handle.remove()
+        layer.weight.add_(1.0)  # an in-place change: the pack is stale
+        assert direct(layer, 4) is None
+        assert pack(model, 4) and direct(layer, 4) is not None
+        product = direct(layer, 4)
+    out = product(x)  # grad enabled and a weight that trains: the module's call, which autograd sees
+    assert out.requires_grad and torch.allclose(out, layer(x), atol=1e-5)
+    layer.forward = lambda x: x  # a forward of its own
+    assert direct(layer, 4) is None

@@ -44,9 +44,20 @@ def _run(fn, model):
     return logps.detach(), entropy.detach(), grads
 
 
-def test_shared_prompt_pass_equals_the_full_pass(tiny_dir):
+@pytest.mark.parametrize("lanes", ["per prompt", "capped", "rows"])
+def test_shared_prompt_pass_equals_the_full_pass(tiny_dir, monkeypatch, lanes):
+    """Every layout: the rows' padding dropped (each prompt's completions end to end in one lane, which this
+    batch's padding makes worth it; or several lanes per prompt, capped at 8 positions) and the row layout."""
+    import rlft.prompt_sharing as sharing
     from rlft.prompt_sharing import applies, per_token_logps
 
+    used = []
+    real_lane_pass = sharing._lane_pass
+    monkeypatch.setattr(sharing, "_lane_pass", lambda *a, **k: used.append(1) or real_lane_pass(*a, **k))
+    if lanes == "rows":
+        monkeypatch.setattr(sharing, "LANE_SHARE", 0)
+    elif lanes == "capped":  # 5 lanes of 7 (3 for one prompt): its cache rows copied to its lanes
+        monkeypatch.setattr(sharing, "LANE_POSITIONS", 8)
     model = _policy(tiny_dir)
     ids, mask, keep = _batch()
 
@@ -66,6 +77,7 @@ def test_shared_prompt_pass_equals_the_full_pass(tiny_dir):
     for name, grad in want[2].items():
         assert torch.allclose(got[2][name], grad, atol=1e-5, rtol=1e-3), name
     assert (want[0][scored] != 0).all()  # a real comparison: the scored positions carry log-probabilities
+    assert used == ([] if lanes == "rows" else [1])
 
 
 def test_nothing_shared_or_not_applicable_falls_back(tiny_dir):
@@ -77,6 +89,26 @@ def test_nothing_shared_or_not_applicable_falls_back(tiny_dir):
     assert not applies(model, ids[:, :8], 7)  # a one-token prompt block
     model.base_model.model.gradient_checkpointing_enable()
     assert not applies(model, ids, keep)
+
+
+def test_lanes_only_where_their_mask_is_right(tiny_dir):
+    """The lane layout (padding dropped) needs sdpa, full attention, and tails that are ones then zeros."""
+    from rlft.prompt_sharing import _inner, _lanes
+
+    model = _policy(tiny_dir)
+    ids, mask, keep = _batch()
+    inner, tail = _inner(model), mask[:, -keep - 1:]
+    inverse = torch.tensor([0, 1, 0, 1, 0, 1])
+    lanes = _lanes(inner, tail, inverse, 2)
+    assert lanes is not None and lanes.width == 18 and int(tail.sum()) == lanes.row.numel()
+    holed = tail.clone()
+    holed[2, 3] = 0  # a masked position inside a completion (not TRL's stop-token mask)
+    assert _lanes(inner, holed, inverse, 2) is None
+    inner.config._attn_implementation = "eager"  # eager adds a float mask: the boolean one would be wrong
+    assert _lanes(inner, tail, inverse, 2) is None
+    inner.config._attn_implementation = "sdpa"
+    inner.config.sliding_window, inner.config.use_sliding_window = 4, True
+    assert _lanes(inner, tail, inverse, 2) is None
 
 
 def test_grpo_trainer_with_prompt_sharing_matches_trls_method(tiny_dir, tmp_path, monkeypatch):
@@ -93,7 +125,8 @@ def test_grpo_trainer_with_prompt_sharing_matches_trls_method(tiny_dir, tmp_path
 
     model = _policy(tiny_dir)
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=6, num_generations=3,
-                      max_completion_length=6, use_cpu=True, report_to=[], temperature=0.7)
+                      max_completion_length=6, use_cpu=True, report_to=[], temperature=0.7,
+                      bf16=False)  # fp32 as rlft on a CPU without fast bf16: the layouts agree to float rounding
     cls = with_prompt_sharing(GRPOTrainer)
     from transformers import AutoTokenizer
 
