@@ -50,9 +50,10 @@ from __future__ import annotations
 from typing import Any
 
 
-class MergedSampler:
+class PolicySampler:
     """A plain copy of a peft LoRA policy, live-adapter or merged (module docstring), that answers the
-    policy's `generate` calls."""
+    policy's `generate` calls. Merged mode alone keeps state between calls: `stale` (set by torch's global
+    optimizer-step hook) and `refreshes` (how many times the copy was rebuilt)."""
 
     def __init__(self, policy):
         import torch
@@ -84,9 +85,12 @@ class MergedSampler:
         self.stale = True
         self._copied_frozen = False
         self.refreshes = 0
+        self._hook = None
         self.live = _can_keep_adapter_out(policy, self.lora_layers, dtype)
-        if self.live:
+        if self.live:  # nothing to rebuild: the adapter is re-merged into the packs at every decode
             self._share_base_and_wrap(base)
+            self.stale = False
+            return
         import weakref
 
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -101,7 +105,7 @@ class MergedSampler:
         return {"policy": self.policy}
 
     def __setstate__(self, state: dict) -> None:
-        self.policy, self.copy = state["policy"], None
+        self.policy, self.copy, self._hook = state["policy"], None, None
 
     def _share_base_and_wrap(self, base) -> None:
         """Live-adapter mode: the copy's weights become the policy's own frozen tensors (no second set), and
@@ -126,13 +130,8 @@ class MergedSampler:
         self.copy.requires_grad_(False)
 
     def refresh(self) -> None:
-        """Rebuild the copy from the policy's current weights (adapter merged, rounded once); in live-adapter
-        mode there is nothing to rebuild."""
+        """Merged mode: rebuild the copy from the policy's current weights (adapter merged, rounded once)."""
         import torch
-
-        if self.live:
-            self.stale, self.refreshes = False, self.refreshes + 1
-            return
 
         with torch.no_grad():
             for dst, src, lora in self.pairs:
@@ -164,8 +163,6 @@ class MergedSampler:
                 getattr(m, "merged", False) for m in self.lora_layers):
             # adapter off: the copy holds it; merged into the base (peft's merge_adapter): it would count twice
             return self._policy_generate(*args, **kwargs)
-        if self.stale:
-            self.refresh()
         if self.live:  # the active adapters may have changed since: cheap to re-read
             from rlft.packed_linear import invalidate
 
@@ -174,6 +171,8 @@ class MergedSampler:
                 # re-merged into the pack at this decode whatever the version counters say: torch's fused
                 # AdamW (TRL's default optimizer) updates the adapter without moving them
                 invalidate(layer)
+        elif self.stale:
+            self.refresh()
         from rlft.decode import decode
 
         with torch.no_grad():
@@ -185,7 +184,8 @@ class MergedSampler:
 
     def detach(self) -> None:
         """Give the policy its own `generate` back and drop the copy."""
-        self._hook.remove()
+        if self._hook is not None:
+            self._hook.remove()
         self.policy.__dict__.pop("generate", None)
         self.policy.__dict__.pop("rlft_sampler", None)
         self.copy = None
@@ -238,7 +238,7 @@ def _is_lora(module) -> bool:
     return hasattr(module, "lora_A") and hasattr(module, "base_layer") and hasattr(module, "get_delta_weight")
 
 
-def attach(policy, console=None) -> MergedSampler | None:
+def attach(policy, console=None) -> PolicySampler | None:
     """Route `policy.generate` through a merged copy where that is faster (see the module docstring);
     returns the sampler, or None where the policy keeps its own `generate`."""
     if getattr(policy, "rlft_sampler", None) is not None:
@@ -254,7 +254,7 @@ def attach(policy, console=None) -> MergedSampler | None:
         return None  # DoRA's norms, a bias on B: neither copy computes them
     if getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False):
         return None
-    sampler = MergedSampler(policy)
+    sampler = PolicySampler(policy)
     policy.__dict__["generate"] = sampler.generate  # an instance attribute: the class's generate is untouched
     policy.__dict__["rlft_sampler"] = sampler
     if console is not None:

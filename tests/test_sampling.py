@@ -108,10 +108,20 @@ def _greedy(model, ids):
                           pad_token_id=0, eos_token_id=3)
 
 
-def test_the_merged_copy_samples_what_the_policy_would_and_follows_each_update(policy):
+@pytest.mark.parametrize("mode", ["live", "merged"])
+def test_the_copy_samples_what_the_policy_would_and_follows_each_update(policy, mode, monkeypatch, one_thread):
+    """Both kinds of copy: live (the adapter re-merged into the packs at every decode: nothing to refresh) and
+    merged (rebuilt at the first decode after an optimizer step, and only then)."""
     import torch
 
+    import rlft.sampling
+    from rlft import packed_linear
     from rlft.sampling import attach
+
+    if mode == "merged":
+        monkeypatch.setattr(rlft.sampling, "_can_keep_adapter_out", lambda *a: False)
+    elif not packed_linear.available():
+        pytest.skip("this torch has no MKL packed gemm")
 
     ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
     own = type(policy).generate(policy, input_ids=ids, attention_mask=ids.ne(-1), max_new_tokens=12,
@@ -119,18 +129,20 @@ def test_the_merged_copy_samples_what_the_policy_would_and_follows_each_update(p
     sampler = attach(policy)
     try:
         assert sampler is not None and policy.generate == sampler.generate
-        assert torch.equal(_greedy(policy, ids), own)  # fp32 base: the merged copy decodes the same tokens
-        assert sampler.refreshes == 1
+        assert sampler.live == (mode == "live")
+        assert torch.equal(_greedy(policy, ids), own)  # fp32 base: the copy decodes the same tokens
+        assert sampler.refreshes == (1 if mode == "merged" else 0)
         _greedy(policy, ids)
-        assert sampler.refreshes == 1  # no update, no refresh
+        assert sampler.refreshes == (1 if mode == "merged" else 0)  # no update, no refresh
         # one optimizer step on the adapter: the copy must follow
         opt = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=5.0)
         loss = policy(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
-        assert sampler.stale
+        assert sampler.stale == (mode == "merged")
         after = _greedy(policy, ids)
-        assert sampler.refreshes == 2
+        assert sampler.refreshes == (2 if mode == "merged" else 0)
+        assert not torch.equal(after, own)  # the step changed what is sampled: a real test of following it
         assert torch.equal(after, type(policy).generate(policy, input_ids=ids, attention_mask=ids.ne(-1),
                                                         max_new_tokens=12, do_sample=False, pad_token_id=0,
                                                         eos_token_id=3))
