@@ -160,8 +160,9 @@ def step_fn(model, cache):
         return module.weight * F.rms_norm(x.float(), (hidden,), eps=module.variance_epsilon).to(x.dtype)
 
     def rotate(x, cos, sin_signed):
-        # x * cos + rotate_half(x) * sin, with rotate_half(x) * sin == roll(x) * [-sin_1, sin_2]
-        return torch.addcmul(x * cos, x.roll(x.size(-1) // 2, -1), sin_signed)
+        # x * cos + rotate_half(x) * sin, with rotate_half(x) * sin == roll(x) * [-sin_1, sin_2] exactly (the
+        # sign moves to sin: the same products and the same rounding as transformers', in every dtype)
+        return x * cos + x.roll(x.size(-1) // 2, -1) * sin_signed
 
     projections: dict[int, list] = {}
 

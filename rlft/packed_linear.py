@@ -223,7 +223,7 @@ def direct(m, rows: int):
     """`m`'s product from its pack as a plain function of x, for rows x in_features inputs, with none of the
     per-call checks of its forward; None where `m` is not packed for `rows` now (state as `_forward` checks
     it) or anything else would run on a call of `m` (hooks, a forward of its own). With grad enabled and a
-    weight that needs it, the function calls `m` (autograd must see the product).
+    weight or input that needs it, the function calls `m` (autograd must see the product).
 
     For a caller that holds the weights still while it uses the function: rlft.decode_step makes these at
     the first token of a decode (after `pack`), under no_grad, and drops them with the decode."""
@@ -244,7 +244,7 @@ def direct(m, rows: int):
     bias = bias.detach() if bias is not None else None
 
     def product(x):
-        if trains and torch.is_grad_enabled():
+        if torch.is_grad_enabled() and (trains or x.requires_grad):
             return m(x)
         flat = x.reshape(rows, k).contiguous()  # the shape MKL reads: a wrong one raises here
         if flat.dtype != torch.float32:

@@ -29,7 +29,8 @@ sdpa's form), at the rotary position the row layout gives it, and its label scor
 attention makes a real position's output independent of the padding after it, so the log-probabilities and
 gradients are the row layout's up to float rounding (the layouts sum in other orders); the padded positions
 get 0, which TRL's mask zeroes as before. The 247 positions above: 2 lanes of 126 + a few of lane padding.
-Only for sdpa attention without sliding windows (the mask is written for it); others keep the row layout.
+Only for sdpa attention without sliding windows (the mask is written for it), in the model families of
+LANE_MODEL_TYPES (rotary positions from position_ids); others keep the row layout.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ from typing import Any, NamedTuple
 LANE_SHARE = 0.9
 # the most positions in one lane (at least one row's tail): the lane's attention and mask grow with its square
 LANE_POSITIONS = 1024
+# transformers' model types whose positions come from position_ids alone and whose attention takes a 4D mask
+# as given (tests/test_prompt_sharing.py checks each against the row layout). Not OPT (positions from the 2D
+# mask's cumsum: the lanes would shift them) nor ALiBi models (Falcon, Bloom: the bias is built from the mask).
+LANE_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "phi3", "smollm3"})
 
 
 def applies(model, input_ids, logits_to_keep: int) -> bool:
@@ -117,6 +122,9 @@ def _lanes(inner, tail_mask, inverse, n_prompts: int) -> Lanes | None:
     config = inner.config
     if LANE_SHARE <= 0 or getattr(config, "_attn_implementation", None) != "sdpa":
         return None  # the 4D mask below is sdpa's boolean form (eager adds a float mask; others: their own)
+    if config.model_type not in LANE_MODEL_TYPES or not type(inner).__module__.startswith(
+            f"transformers.models.{config.model_type}."):
+        return None  # positions from the mask (OPT), ALiBi from the mask (Falcon, Bloom), unknown code
     if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
         return None
     if any(t != "full_attention" for t in (getattr(config, "layer_types", None) or [])):

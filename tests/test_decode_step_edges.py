@@ -104,3 +104,11 @@ def test_a_hook_on_a_packed_projection_runs_in_a_packed_decode(tiny_dir, one_thr
         want = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=cfg)
     assert torch.equal(got, want)
     assert len(calls) == want.size(1) - ids.size(1)  # the prefill and every later token went through the hook
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_sdpa_bf16_logits_are_the_models_bit_for_bit(family):
+    """The lean step's rotary (roll with the sign on sin) rounds as transformers' rotate_half does: in bf16
+    (rlft's merged sampling copy on CPUs with bf16 units) a fused multiply-add there changed greedy tokens."""
+    model = _small(family).to(torch.bfloat16)
+    assert _lean_agrees(model, atol=0.0)

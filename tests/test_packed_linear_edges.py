@@ -139,5 +139,9 @@ def test_a_direct_product_is_the_layers_and_declines_what_it_would_skip(one_thre
         product = direct(layer, 4)
     out = product(x)  # grad enabled and a weight that trains: the module's call, which autograd sees
     assert out.requires_grad and torch.allclose(out, layer(x), atol=1e-5)
+    layer.weight.requires_grad_(False)
+    with torch.no_grad():
+        product = direct(layer, 4)
+    assert product(x.requires_grad_()).requires_grad  # a frozen layer, an input that needs grad: the same
     layer.forward = lambda x: x  # a forward of its own
     assert direct(layer, 4) is None

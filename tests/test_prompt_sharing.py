@@ -143,3 +143,74 @@ def test_grpo_trainer_with_prompt_sharing_matches_trls_method(tiny_dir, tmp_path
     assert aux is None and got.shape == want.shape
     assert torch.allclose(got[scored], want[scored], atol=1e-5, rtol=1e-4)
     assert torch.allclose(got_h[scored], want_h[scored], atol=1e-5, rtol=1e-4)
+
+
+def _family_policy(model_type: str):
+    """A random two-layer model of `model_type` with a LoRA adapter and TRL's fused head, as _policy's."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    shape = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128, max_position_embeddings=256, pad_token_id=0, head_dim=16)
+    if model_type == "mistral":
+        shape["sliding_window"] = None  # Mistral v0.2 on (v0.1's 4096-token window: the row layout)
+    if model_type == "opt":
+        shape = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=128,
+                     word_embed_proj_dim=64, max_position_embeddings=256, pad_token_id=0)
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(model_type, **shape)
+    config._attn_implementation = "sdpa"
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    return model.eval()  # no dropout (OPT's default is 0.1): the passes must be comparable
+
+
+@pytest.mark.parametrize("model_type", sorted(__import__("rlft.prompt_sharing").prompt_sharing.LANE_MODEL_TYPES))
+def test_lanes_give_the_full_pass_in_every_family_they_take(model_type, monkeypatch):
+    """Each model type the lanes are allowed for: log-probs, entropies and gradients of the full pass."""
+    import rlft.prompt_sharing as sharing
+
+    used = []
+    real_lane_pass = sharing._lane_pass
+    monkeypatch.setattr(sharing, "_lane_pass", lambda *a, **k: used.append(1) or real_lane_pass(*a, **k))
+    model = _family_policy(model_type)
+    ids, mask, keep = _batch()
+
+    def full():
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, :-keep] = -100
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        return out.log_probs[:, -keep:], out.entropy[:, -keep:]
+
+    want = _run(full, model)
+    got = _run(lambda: sharing.per_token_logps(model, ids, mask, keep, compute_entropy=True), model)
+    assert used == [1]
+    scored = mask[:, -keep:].bool()
+    assert torch.allclose(got[0][scored], want[0][scored], atol=1e-5, rtol=1e-4)
+    assert torch.allclose(got[1][scored], want[1][scored], atol=1e-5, rtol=1e-4)
+    for name, grad in want[2].items():
+        assert torch.allclose(got[2][name], grad, atol=1e-5, rtol=1e-3), name
+
+
+def test_opt_takes_positions_from_the_mask_and_keeps_the_row_layout():
+    """OPT counts positions over the mask's ones (left padding skipped); the lanes' column positions would shift
+    them, so OPT keeps the row layout, which gives the full pass."""
+    import rlft.prompt_sharing as sharing
+
+    model = _family_policy("opt")
+    ids, mask, keep = _batch()
+    inverse = torch.tensor([0, 1, 0, 1, 0, 1])
+    assert sharing._lanes(sharing._inner(model), mask[:, -keep - 1:], inverse, 2) is None
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-keep] = -100
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True).log_probs[:, -keep:]
+        got = sharing.per_token_logps(model, ids, mask, keep)[0]
+    scored = mask[:, -keep:].bool()
+    assert torch.allclose(got[scored], want[scored], atol=1e-5, rtol=1e-4)
