@@ -54,9 +54,9 @@ def test_shared_prompt_pass_equals_the_full_pass(tiny_dir, monkeypatch, lanes):
     used = []
     real_lane_pass = sharing._lane_pass
     monkeypatch.setattr(sharing, "_lane_pass", lambda *a, **k: used.append(1) or real_lane_pass(*a, **k))
-    if lanes == "rows":
-        monkeypatch.setattr(sharing, "LANE_SHARE", 0)
-    elif lanes == "capped":  # 5 lanes of 7 (3 for one prompt): its cache rows copied to its lanes
+    # this batch's lanes are 36 of the row layout's 42 positions: over the default share, allowed here
+    monkeypatch.setattr(sharing, "LANE_SHARE", 0 if lanes == "rows" else 1.0)
+    if lanes == "capped":  # 5 lanes of 7 (3 for one prompt): its cache rows copied to its lanes
         monkeypatch.setattr(sharing, "LANE_POSITIONS", 8)
     model = _policy(tiny_dir)
     ids, mask, keep = _batch()
@@ -91,14 +91,18 @@ def test_nothing_shared_or_not_applicable_falls_back(tiny_dir):
     assert not applies(model, ids, keep)
 
 
-def test_lanes_only_where_their_mask_is_right(tiny_dir):
-    """The lane layout (padding dropped) needs sdpa, full attention, and tails that are ones then zeros."""
+def test_lanes_only_where_their_mask_is_right_and_they_pay(tiny_dir, monkeypatch):
+    """The lane layout (padding dropped) needs sdpa, full attention, tails that are ones then zeros, and
+    enough padding dropped to pay for its wider attention."""
+    import rlft.prompt_sharing as sharing
     from rlft.prompt_sharing import _inner, _lanes
 
     model = _policy(tiny_dir)
     ids, mask, keep = _batch()
     inner, tail = _inner(model), mask[:, -keep - 1:]
     inverse = torch.tensor([0, 1, 0, 1, 0, 1])
+    assert _lanes(inner, tail, inverse, 2) is None  # 36 of 42 positions: over LANE_SHARE, the row layout
+    monkeypatch.setattr(sharing, "LANE_SHARE", 1.0)
     lanes = _lanes(inner, tail, inverse, 2)
     assert lanes is not None and lanes.width == 18 and int(tail.sum()) == lanes.row.numel()
     holed = tail.clone()
@@ -111,9 +115,14 @@ def test_lanes_only_where_their_mask_is_right(tiny_dir):
     assert _lanes(inner, tail, inverse, 2) is None
 
 
-def test_grpo_trainer_with_prompt_sharing_matches_trls_method(tiny_dir, tmp_path, monkeypatch):
-    """The subclass's override returns what TRL's own method returns, through the trainer's own call."""
+@pytest.mark.parametrize("share", [None, 1.0])
+def test_grpo_trainer_with_prompt_sharing_matches_trls_method(tiny_dir, tmp_path, monkeypatch, share):
+    """The subclass's override returns what TRL's own method returns, through the trainer's own call (the row
+    layout at the default LANE_SHARE for this batch, the lanes when allowed)."""
     import rlft.prompt_sharing as sharing
+
+    if share is not None:
+        monkeypatch.setattr(sharing, "LANE_SHARE", share)
 
     shared = []
     real = sharing.per_token_logps
@@ -179,6 +188,7 @@ def test_lanes_give_the_full_pass_in_every_family_they_take(model_type, monkeypa
     used = []
     real_lane_pass = sharing._lane_pass
     monkeypatch.setattr(sharing, "_lane_pass", lambda *a, **k: used.append(1) or real_lane_pass(*a, **k))
+    monkeypatch.setattr(sharing, "LANE_SHARE", 1.0)  # this batch's 36 of 42 positions: lanes allowed
     model = _family_policy(model_type)
     ids, mask, keep = _batch()
 
@@ -198,11 +208,12 @@ def test_lanes_give_the_full_pass_in_every_family_they_take(model_type, monkeypa
         assert torch.allclose(got[2][name], grad, atol=1e-5, rtol=1e-3), name
 
 
-def test_opt_takes_positions_from_the_mask_and_keeps_the_row_layout():
+def test_opt_takes_positions_from_the_mask_and_keeps_the_row_layout(monkeypatch):
     """OPT counts positions over the mask's ones (left padding skipped); the lanes' column positions would shift
     them, so OPT keeps the row layout, which gives the full pass."""
     import rlft.prompt_sharing as sharing
 
+    monkeypatch.setattr(sharing, "LANE_SHARE", 1.0)  # only the family keeps this batch in rows
     model = _family_policy("opt")
     ids, mask, keep = _batch()
     inverse = torch.tensor([0, 1, 0, 1, 0, 1])
