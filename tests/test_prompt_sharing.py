@@ -44,21 +44,14 @@ def _run(fn, model):
     return logps.detach(), entropy.detach(), grads
 
 
-@pytest.mark.parametrize("lanes", ["per prompt", "capped", "rows"])
-def test_shared_prompt_pass_equals_the_full_pass(tiny_dir, monkeypatch, lanes):
-    """Every layout: the rows' padding dropped (each prompt's completions end to end in one lane, which this
-    batch's padding makes worth it; or several lanes per prompt, capped at 8 positions) and the row layout."""
+def _shared_equals_full(model, monkeypatch) -> list:
+    """rlft's shared pass against the model's full pass on _batch: log-probs, entropies and gradients equal on
+    the scored positions (asserted); returns one entry per lane pass that ran."""
     import rlft.prompt_sharing as sharing
-    from rlft.prompt_sharing import applies, per_token_logps
 
     used = []
     real_lane_pass = sharing._lane_pass
     monkeypatch.setattr(sharing, "_lane_pass", lambda *a, **k: used.append(1) or real_lane_pass(*a, **k))
-    # this batch's lanes are 36 of the row layout's 42 positions: over the default share, allowed here
-    monkeypatch.setattr(sharing, "LANE_SHARE", 0 if lanes == "rows" else 1.0)
-    if lanes == "capped":  # 5 lanes of 7 (3 for one prompt): its cache rows copied to its lanes
-        monkeypatch.setattr(sharing, "LANE_POSITIONS", 8)
-    model = _policy(tiny_dir)
     ids, mask, keep = _batch()
 
     def full():
@@ -67,9 +60,9 @@ def test_shared_prompt_pass_equals_the_full_pass(tiny_dir, monkeypatch, lanes):
         out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
         return out.log_probs[:, -keep:], out.entropy[:, -keep:]
 
-    assert applies(model, ids, keep)
+    assert sharing.applies(model, ids, keep)
     want = _run(full, model)
-    got = _run(lambda: per_token_logps(model, ids, mask, keep, compute_entropy=True), model)
+    got = _run(lambda: sharing.per_token_logps(model, ids, mask, keep, compute_entropy=True), model)
     scored = mask[:, -keep:].bool()
     assert torch.allclose(got[0][scored], want[0][scored], atol=1e-5, rtol=1e-4)
     assert torch.allclose(got[1][scored], want[1][scored], atol=1e-5, rtol=1e-4)
@@ -77,6 +70,20 @@ def test_shared_prompt_pass_equals_the_full_pass(tiny_dir, monkeypatch, lanes):
     for name, grad in want[2].items():
         assert torch.allclose(got[2][name], grad, atol=1e-5, rtol=1e-3), name
     assert (want[0][scored] != 0).all()  # a real comparison: the scored positions carry log-probabilities
+    return used
+
+
+@pytest.mark.parametrize("lanes", ["per prompt", "capped", "rows"])
+def test_shared_prompt_pass_equals_the_full_pass(tiny_dir, monkeypatch, lanes):
+    """Every layout: the rows' padding dropped (each prompt's completions end to end in one lane, which this
+    batch's padding makes worth it; or several lanes per prompt, capped at 8 positions) and the row layout."""
+    import rlft.prompt_sharing as sharing
+
+    # this batch's lanes are 36 of the row layout's 42 positions: over the default share, allowed here
+    monkeypatch.setattr(sharing, "LANE_SHARE", 0 if lanes == "rows" else 1.0)
+    if lanes == "capped":  # 5 lanes of 7 (3 for one prompt): its cache rows copied to its lanes
+        monkeypatch.setattr(sharing, "LANE_POSITIONS", 8)
+    used = _shared_equals_full(_policy(tiny_dir), monkeypatch)
     assert used == ([] if lanes == "rows" else [1])
 
 
@@ -185,27 +192,8 @@ def test_lanes_give_the_full_pass_in_every_family_they_take(model_type, monkeypa
     """Each model type the lanes are allowed for: log-probs, entropies and gradients of the full pass."""
     import rlft.prompt_sharing as sharing
 
-    used = []
-    real_lane_pass = sharing._lane_pass
-    monkeypatch.setattr(sharing, "_lane_pass", lambda *a, **k: used.append(1) or real_lane_pass(*a, **k))
     monkeypatch.setattr(sharing, "LANE_SHARE", 1.0)  # this batch's 36 of 42 positions: lanes allowed
-    model = _family_policy(model_type)
-    ids, mask, keep = _batch()
-
-    def full():
-        labels = ids.masked_fill(mask == 0, -100)
-        labels[:, :-keep] = -100
-        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
-        return out.log_probs[:, -keep:], out.entropy[:, -keep:]
-
-    want = _run(full, model)
-    got = _run(lambda: sharing.per_token_logps(model, ids, mask, keep, compute_entropy=True), model)
-    assert used == [1]
-    scored = mask[:, -keep:].bool()
-    assert torch.allclose(got[0][scored], want[0][scored], atol=1e-5, rtol=1e-4)
-    assert torch.allclose(got[1][scored], want[1][scored], atol=1e-5, rtol=1e-4)
-    for name, grad in want[2].items():
-        assert torch.allclose(got[2][name], grad, atol=1e-5, rtol=1e-3), name
+    assert _shared_equals_full(_family_policy(model_type), monkeypatch) == [1]
 
 
 def test_opt_takes_positions_from_the_mask_and_keeps_the_row_layout(monkeypatch):
