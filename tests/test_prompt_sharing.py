@@ -75,8 +75,8 @@ def _shared_equals_full(model, monkeypatch) -> list:
 
 @pytest.mark.parametrize("lanes", ["per prompt", "capped", "rows"])
 def test_shared_prompt_pass_equals_the_full_pass(tiny_dir, monkeypatch, lanes):
-    """Every layout: the rows' padding dropped (each prompt's completions end to end in one lane, which this
-    batch's padding makes worth it; or several lanes per prompt, capped at 8 positions) and the row layout."""
+    """Every layout: the rows' padding dropped (each prompt's completions end to end in one lane; or several
+    lanes per prompt, capped at 8 positions) and the row layout."""
     import rlft.prompt_sharing as sharing
 
     # this batch's lanes are 36 of the row layout's 42 positions: over the default share, allowed here
