@@ -4,9 +4,10 @@ After the prefill (the model's own forward), every step of rlft.decode feeds one
 transformers' modules that step is some 6,000 small tensor ops on SmolLM2-135M (the mask builder, the cache's
 dispatch, per-module reshapes and dtype casts, keyword plumbing), as much wall time on a CPU as the weight
 products themselves at 8 rows. `step_fn(model, cache)` returns a function that computes the same logits from
-the same modules' weights with only the ops the arithmetic needs; the linear layers are still called as
-modules, so rlft.packed_linear's packs, the live adapter's low-rank terms (rlft.sampling), peft's LoRA
-layers and any hook on a projection apply as before.
+the same modules' weights with only the ops the arithmetic needs; a projection packed for the batch's row
+count computes from its pack directly (rlft.packed_linear.direct, with the live adapter's terms merged in),
+and any other (peft's LoRA layers, a projection with a hook) is called as its module, so everything attached
+to a projection applies as before.
 
 It knows one layout exactly: transformers' Llama (SmolLM2, Llama 2/3, the tiny model rlft builds), Qwen2 and
 Mistral, whose decoder layers are pre-norm RMSNorm, rotary attention with grouped key/value heads, residual,
@@ -95,6 +96,13 @@ def _attention_is_transformers(model) -> bool:
     return False
 
 
+def full_attention_only(config) -> bool:
+    """Whether every layer attends to all earlier positions: no sliding window in use, no other layer type."""
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return False
+    return all(t == "full_attention" for t in (getattr(config, "layer_types", None) or []))
+
+
 def eligible(model) -> bool:
     """Whether step_fn's arithmetic is `model`'s (see the module docstring)."""
     classes = _layout_classes(model)
@@ -104,9 +112,7 @@ def eligible(model) -> bool:
     config = model.config
     if not _attention_is_transformers(model):
         return False
-    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
-        return False
-    if any(t != "full_attention" for t in (getattr(config, "layer_types", None) or [])):
+    if not full_attention_only(config):
         return False
     inner = getattr(model, "model", None)
     layers = list(getattr(inner, "layers", []) or [])

@@ -237,26 +237,30 @@ def direct(m, rows: int):
     packed = m.__dict__.get("rlft_packed")
     if packed is None or m.__dict__.get("rlft_packed_state") != _state(m, rows, torch.get_num_threads()):
         return None
-    bias = m.bias
-    trains = m.weight.requires_grad or (bias is not None and bias.requires_grad) or any(
-        d.requires_grad or u.requires_grad for d, u, _ in m.__dict__.get("rlft_terms") or ())
-    compute, k, n = _mkl()[2], m.in_features, m.out_features
-    bias = bias.detach() if bias is not None else None
+    trains = _trains(m, m.__dict__.get("rlft_terms") or ())
+    mkl, k, n = _mkl(), m.in_features, m.out_features
+    bias = m.bias.detach() if m.bias is not None else None
 
     def product(x):
         if torch.is_grad_enabled() and (trains or x.requires_grad):
             return m(x)
-        flat = x.reshape(rows, k).contiguous()  # the shape MKL reads: a wrong one raises here
+        flat = x.reshape(rows, k)  # the shape MKL reads: a wrong one raises here
         if flat.dtype != torch.float32:
             raise ValueError(f"packed product: expected {rows} x {k} float32 rows, got {tuple(x.shape)} {x.dtype}")
-        out = torch.empty(rows, n, dtype=torch.float32)
-        compute(_ROW_MAJOR, _NO_TRANS, _PACKED, rows, n, k, flat.data_ptr(), k, packed.data_ptr(), k, 0.0,
-                out.data_ptr(), n)
+        out = _product(mkl, flat, packed, n)
         if bias is not None:
             out.add_(bias)
         return out.view(*x.shape[:-1], n)
 
     return product
+
+
+def _trains(m, terms) -> bool:
+    """Whether a weight of `m` (its own, its bias, a low-rank term's) needs gradients: autograd must then see
+    the product, which the pack's ctypes call hides."""
+    bias = m.bias
+    return m.weight.requires_grad or (bias is not None and bias.requires_grad) or any(
+        d.requires_grad or u.requires_grad for d, u, _ in terms)
 
 
 def _forward(self, x):
@@ -268,9 +272,7 @@ def _forward(self, x):
     packed = self.__dict__.get("rlft_packed")
     bias = self.bias
     if packed is not None and x.dtype == torch.float32 and x.size(-1) == self.in_features and not (
-            torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad
-                                         or (bias is not None and bias.requires_grad)
-                                         or any(d.requires_grad or u.requires_grad for d, u, _ in terms))):
+            torch.is_grad_enabled() and (x.requires_grad or _trains(self, terms))):
         flat = x.reshape(-1, x.size(-1))
         if self.__dict__.get("rlft_packed_state") == _state(self, flat.size(0), torch.get_num_threads()):
             out = _product(_mkl(), flat, packed, self.out_features)

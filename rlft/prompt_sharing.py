@@ -130,9 +130,9 @@ def _lanes(inner, tail_mask, inverse, n_prompts: int) -> Lanes | None:
     if config.model_type not in LANE_MODEL_TYPES or not type(inner).__module__.startswith(
             f"transformers.models.{config.model_type}."):
         return None  # positions from the mask (OPT), ALiBi from the mask (Falcon, Bloom), unknown code
-    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
-        return None
-    if any(t != "full_attention" for t in (getattr(config, "layer_types", None) or [])):
+    from rlft.decode_step import full_attention_only
+
+    if not full_attention_only(config):
         return None
     rows, tail = tail_mask.shape
     lengths = tail_mask.sum(1)
