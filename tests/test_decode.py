@@ -420,6 +420,47 @@ def test_narrow_cpu_tiles_give_the_same_log_probs_and_gradients(monkeypatch):
         assert torch.allclose(wide, narrow, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_lean_cpu_tiles_give_trls_log_probs_and_gradients(monkeypatch, temperature):
+    """rlft.trl_cpu.lean_cpu_tiles: TRL's fused LM head folded by rlft's in-place tiles gives TRL's own
+    log-probabilities and hidden-state gradients bit for bit and its entropy to float rounding, over several
+    tiles (the last one a narrower slice); an entropy gradient and soft-capping go to TRL's folds."""
+    import trl.kernels.chunked_logprob as kernels
+    from trl.kernels import ChunkedLogProbFunction
+
+    from rlft.trl_cpu import lean_cpu_tiles
+
+    originals = (kernels._forward_tile, kernels._backward_tile)
+    monkeypatch.setattr(kernels, "_forward_tile", originals[0])
+    monkeypatch.setattr(kernels, "_backward_tile", originals[1])
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(20000, 32, generator=g) * 0.3
+    targets = torch.randint(0, 20000, (40,), generator=g)
+    targets[:3] = torch.tensor([0, 8191, 19999])  # a tile's first and last entries, the vocabulary's last
+    weights = torch.randn(40, generator=g)
+
+    def run(outputs=("entropy",), entropy_weight=0.0, softcap=None):
+        hidden = (torch.randn(40, 32, generator=torch.Generator().manual_seed(1))).requires_grad_()
+        logps, entropy, *_ = ChunkedLogProbFunction.apply(hidden, weight, None, targets, temperature, 8192,
+                                                         softcap, 1.0, outputs)
+        loss = (logps * weights).sum() + (entropy_weight * entropy.sum() if entropy_weight else 0)
+        loss.backward()
+        return logps.detach(), entropy.detach() if entropy is not None else None, hidden.grad
+
+    cases = [{}, {"outputs": ()}, {"entropy_weight": 0.3}, {"softcap": 5.0}]
+    trl = [run(**case) for case in cases]
+    assert lean_cpu_tiles() and lean_cpu_tiles()  # twice: wrapped once
+    assert kernels._forward_tile.original is originals[0] and kernels._backward_tile.original is originals[1]
+    lean = [run(**case) for case in cases]
+    for case, (a_logps, a_entropy, a_grad), (b_logps, b_entropy, b_grad) in zip(cases, trl, lean):
+        assert torch.equal(a_logps, b_logps), case
+        assert torch.equal(a_grad, b_grad) if "entropy_weight" not in case else torch.allclose(
+            a_grad, b_grad, atol=1e-5, rtol=1e-4), case
+        if a_entropy is not None:
+            assert torch.allclose(a_entropy, b_entropy, atol=1e-5, rtol=1e-5), case
+    assert lean[0][1] is not None and lean[1][1] is None
+
+
 def test_a_stale_pack_is_never_used(tiny_dir, one_thread):
     """Weights refreshed in place after packing for 4 rows, then a decode of 40 rows (more than MAX_ROWS: pack
     declines) whose finished rows leave until 4 are left: the tokens are the unpacked model's (review of the

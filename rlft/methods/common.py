@@ -312,12 +312,18 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             trainer = method.build(cfg, out, prepared)
             if cfg.method in SAMPLING_METHODS:  # LoRA on the CPU: sample from a plain copy (rlft.sampling)
                 from rlft.sampling import attach
-                from rlft.trl_cpu import keep_freed_memory, narrow_cpu_tiles, score_labelled_positions_only
+                from rlft.trl_cpu import (
+                    keep_freed_memory,
+                    lean_cpu_tiles,
+                    narrow_cpu_tiles,
+                    score_labelled_positions_only,
+                )
 
                 attach(trainer.model, console)
                 score_labelled_positions_only()
                 if trainer.model.device.type == "cpu":
                     narrow_cpu_tiles()
+                    lean_cpu_tiles()
                     keep_freed_memory()
             callback = RunCallback(out, interrupt, console, f"{cfg.method}", watch=run.watch)
             callback.attach(trainer)
