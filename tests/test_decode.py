@@ -430,7 +430,8 @@ def test_lean_cpu_tiles_give_trls_log_probs_and_gradients(monkeypatch, temperatu
 
     from rlft.trl_cpu import lean_cpu_tiles
 
-    originals = (kernels._forward_tile, kernels._backward_tile)
+    # TRL's own folds, also where an earlier run in this process installed rlft's (it is process-wide)
+    originals = tuple(getattr(f, "original", f) for f in (kernels._forward_tile, kernels._backward_tile))
     monkeypatch.setattr(kernels, "_forward_tile", originals[0])
     monkeypatch.setattr(kernels, "_backward_tile", originals[1])
     g = torch.Generator().manual_seed(0)
