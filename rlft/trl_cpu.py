@@ -159,22 +159,22 @@ def lean_cpu_tiles() -> bool:
 
 def _with_original(lean, original):
     def fold(*args, **kwargs):
-        return lean(original, *args, **kwargs)
+        if not lean(*args, **kwargs):  # declined: TRL's own fold
+            original(*args, **kwargs)
 
     fold.original = original
     return fold
 
 
-def _lean_forward_tile(original, tile, tile_stride, targets, running_max, sum_exp, x_sum_exp, sq_sum_exp, z_sum,
+def _lean_forward_tile(tile, tile_stride, targets, running_max, sum_exp, x_sum_exp, sq_sum_exp, z_sum,
                        max_before_target, target_logit, vocab_start, n_cols, logit_scale, softcap, inv_t,
                        HAS_SOFTCAP, HAS_ENTROPY, HAS_LOG_SUM_SQ_PROBS, HAS_MEAN_LOGITS, HAS_IS_TOP1, BLOCK_SIZE):
-    """TRL's forward fold (online log-sum-exp, target logit, entropy's sum) computed in `tile`."""
+    """TRL's forward fold (online log-sum-exp, target logit, entropy's sum) computed in `tile`; False where it
+    declines (what the module docstring lists), having changed nothing."""
     import torch
 
     if HAS_SOFTCAP or HAS_LOG_SUM_SQ_PROBS or HAS_MEAN_LOGITS or HAS_IS_TOP1 or tile.dtype != torch.float32:
-        return original(tile, tile_stride, targets, running_max, sum_exp, x_sum_exp, sq_sum_exp, z_sum,
-                        max_before_target, target_logit, vocab_start, n_cols, logit_scale, softcap, inv_t,
-                        HAS_SOFTCAP, HAS_ENTROPY, HAS_LOG_SUM_SQ_PROBS, HAS_MEAN_LOGITS, HAS_IS_TOP1, BLOCK_SIZE)
+        return False
     z = _scaled(tile, logit_scale, inv_t)
     local = targets - vocab_start
     in_tile = (local >= 0) & (local < n_cols)
@@ -192,21 +192,21 @@ def _lean_forward_tile(original, tile, tile_stride, targets, running_max, sum_ex
         e_sum = shifted.exp_().sum(-1)
     sum_exp.mul_(rescale).add_(e_sum)
     running_max.copy_(new_m)
+    return True
 
 
-def _lean_backward_tile(original, tile, tile_stride, targets, log_z, entropy, grad_logprobs, grad_entropy,
+def _lean_backward_tile(tile, tile_stride, targets, log_z, entropy, grad_logprobs, grad_entropy,
                         vocab_start, n_cols, logit_scale, softcap, inv_t, HAS_SOFTCAP, HAS_LOGPROB_GRAD,
                         HAS_ENTROPY_GRAD, BLOCK_SIZE):
-    """TRL's backward fold: the tile's logits replaced in place by d loss / d logits, g * (1[target] - p)."""
+    """TRL's backward fold: the tile's logits replaced in place by d loss / d logits, g * (1[target] - p);
+    False where it declines, having changed nothing."""
     import torch
 
     if HAS_SOFTCAP or HAS_ENTROPY_GRAD or tile.dtype != torch.float32:
-        return original(tile, tile_stride, targets, log_z, entropy, grad_logprobs, grad_entropy, vocab_start,
-                        n_cols, logit_scale, softcap, inv_t, HAS_SOFTCAP, HAS_LOGPROB_GRAD, HAS_ENTROPY_GRAD,
-                        BLOCK_SIZE)
+        return False
     if not HAS_LOGPROB_GRAD:
         tile.zero_()
-        return
+        return True
     p = _scaled(tile, logit_scale, inv_t).sub_(log_z.unsqueeze(-1)).exp_()
     local = targets - vocab_start
     rows = ((local >= 0) & (local < n_cols)).nonzero().squeeze(-1)
@@ -219,6 +219,7 @@ def _lean_backward_tile(original, tile, tile_stride, targets, log_z, entropy, gr
         grad.mul_(inv_t)
     if logit_scale != 1:
         grad.mul_(logit_scale)
+    return True
 
 
 def _scaled(tile, logit_scale, inv_t):
