@@ -413,7 +413,7 @@ def reward_hacking(history: History, th: Thresholds) -> Alarm | None:
             # A pass-rate reward still below the greedy held-out pass@1: its rise is the samples catching up
             # with the greedy answer (RL sharpens the distribution), not a reward the task does not back.
             # SmolLM2 GRPO after SFT: reward 0.16 -> 0.33 at temperature 0.7 while held-out greedy pass@1
-            # stayed 0.575 on 40 rows, and all 150 held-out rows went 0.373 -> 0.533 (make demo-real).
+            # stayed 0.575 on 40 rows, and all 150 held-out rows went 0.373 -> 0.533 (make demo-real, 4 x G 4).
             continue
         if r1 - r0 >= need and r1 > r0 and any(s0 < s <= s1 for s, _ in rewards):
             return Alarm("reward_hacking", s1,

@@ -15,14 +15,15 @@ How the budget is split, and why:
 - The RL stage samples at --temperature, where the SFT model's groups are mixed (at 1.0 the SFT model passed
   ~10% of samples against ~55% greedily; all-equal groups teach nothing). The pre-flight runs first and says
   what share of groups is mixed. --rl-batch completions a step = --rl-batch / --generations prompts: 4 x G 8.
-  A short SFT leaves a low pass rate (8-16% of samples), where a group of 4 is often all-wrong: at 8% a group
-  of 4 is mixed with probability 0.28, of 8 with 0.49 (the pre-flight measured 0.22 and 0.34), so the same
-  completions carry 55-70% more rows with a non-zero advantage, and each advantage is a mean over 8.
-- 4 prompts a step, not 2, at lr 1e-4, not 5e-5: where 31-38% of groups are mixed, 2 prompts x 8 leave most
+  A short SFT leaves a low pass rate (5-14% of samples on the word_draw folders, 28% on data/word_problems),
+  where a group of 4 is often all-wrong: at 8% a group of 4 is mixed with probability 0.28, of 8 with 0.49 (the
+  pre-flight measured 0.22 and 0.34), so the same number of completions carries 55-70% more rows with a
+  non-zero advantage, and each advantage is a mean over 8.
+- 4 prompts a step, not 2, at lr 1e-4, not 5e-5: where 31-62% of groups are mixed, 2 prompts x 8 leave many
   steps with one group that carries a signal, or none, and one draw's GRPO stage gained nothing in 40 steps
-  (0.160 -> 0.160). 4 prompts at 1e-4 gained +11 to +25 points on five draws and data/word_problems (README,
-  "A real model"); the step costs ~1.4x (the decode reads the weights once per token for all rows, and
-  all-equal groups skip the backward).
+  (0.160 -> 0.160). 4 prompts at 1e-4 gained +11 to +25 points on five draws and data/word_problems, one run
+  each (README, "A real model"), for ~1.3-1.5x the time (the decode reads each weight once per token position,
+  shared by all rows; all-equal groups skip the backward).
 - The held-out rows (a --watch-rows slice) go to the RL stage as `--holdout`, so the reward-hacking alarm
   watches a score the reward cannot see being gamed, and the stage keeps its SFT start unless a trained check
   beats it by more than its noise (rlft.overfit.kept_check). 100 rows, checked 4 times: on 40 rows a +12-point
@@ -108,7 +109,7 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
         raise UserError(f"--rl {rl} is not grpo or rloo", "use --rl grpo (default) or --rl rloo")
     if rl_batch % generations:
         raise UserError(f"--rl-batch {rl_batch} is not a multiple of --generations {generations}",
-                        "make the completions per step a multiple of G (e.g. 16 with G 4)")
+                        "make the completions per step a multiple of G (e.g. 32 with G 8)")
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError as exc:

@@ -191,7 +191,7 @@ def test_nan_loss_names_the_step_and_the_numbers_around_it():
 
 
 def test_a_pass_rate_reward_catching_up_with_greedy_is_not_hacking():
-    """RL sharpening: the sampled pass rate rises toward the greedy held-out pass@1 (make demo-real's GRPO:
+    """RL sharpening: the sampled pass rate rises toward the greedy held-out pass@1 (make demo-real's GRPO, 4 x G 4:
     0.16 -> 0.33 against a flat 0.575) -- quiet; the same rise past the held-out score still fires."""
     catching_up = hacking([0.16] * 7 + [0.33] * 3, [0.575, 0.575], reward_std=0.36)
     assert not fires(alarms.reward_hacking, catching_up)
