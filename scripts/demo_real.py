@@ -20,11 +20,10 @@ How the budget is split, and why:
   pre-flight measured 0.22 and 0.34), so the same number of completions carries 55-70% more rows with a
   non-zero advantage, and each advantage is a mean over 8.
 - 4 prompts a step, not 2, at lr 1e-4, not 5e-5: where 31-62% of groups are mixed, 2 prompts x 8 leave many
-  steps with one group that carries a signal, or none, and one draw's GRPO stage gained nothing in 40 steps
-  (0.160 -> 0.160). 4 prompts at 1e-4 gained +11 to +25 points on five draws and data/word_problems with RL
-  seed 1 (with seed 2: +20.7 on data/word_problems, +0 on that hardest draw; README, "A real model"), for
-  ~1.3-1.5x the time (the decode reads each weight once per token position,
-  shared by all rows; all-equal groups skip the backward).
+  steps with one group that carries a signal, or none, and one draw's GRPO stage gained nothing in 40 steps.
+  4 prompts at 1e-4 gained +11 to +25 points on five draws and data/word_problems (one RL seed; with another,
+  +0 on the hardest draw: README, "A real model") for ~1.3-1.5x the time: the decode reads each weight once per
+  token position for all rows, and all-equal groups skip the backward.
 - The held-out rows (a --watch-rows slice) go to the RL stage as `--holdout`, so the reward-hacking alarm
   watches a score the reward cannot see being gamed, and the stage keeps its SFT start unless a trained check
   beats it by more than its noise (rlft.overfit.kept_check). 100 rows, checked 4 times: on 40 rows a +12-point
