@@ -96,7 +96,7 @@ bench-real: install-real
 REAL_OUT ?= runs/demo-real
 REAL_DATA = $(if $(filter data/arith,$(DATA)),data/word_problems,$(DATA))
 RL ?= grpo
-SEEDS ?= 1
+SEEDS ?= 1,2
 GRPO_STEPS ?=
 RL_STEPS ?= $(GRPO_STEPS)
 demo-real: install-real

@@ -20,6 +20,9 @@ also written to OUT/pipeline.json and OUT/pipeline.md, with a bar chart of the s
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +75,32 @@ def _rlft(*args: str) -> None:
             raise typer.Exit(exc.code if isinstance(exc.code, int) else 1) from exc
 
 
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _progress(name: str, out: Path, done: int) -> int:
+    """Print one line per new row of OUT/metrics.jsonl that logs a step or a held-out check; returns the
+    number of lines read so far."""
+    path = out / "metrics.jsonl"
+    if not path.exists():
+        return done
+    text = path.read_text()
+    complete = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]  # the last may be half written
+    for line in complete[done:]:
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        parts = [f"{k} {m[k]:.3f}" for k in ("reward", "loss", "heldout/score") if isinstance(m.get(k), float)]
+        if parts:
+            console.print(f"  {name} step {m.get('step')}: {', '.join(parts)}", highlight=False)
+    return len(complete)
+
+
 class Pipeline:
     """Runs stages in order under one folder, measuring held-out pass@1 around each."""
 
@@ -114,6 +143,65 @@ class Pipeline:
             self.rows.append(Row(name, method, "held-out pass@1", before, self.score(str(out)), wall, str(out),
                                  _alarms(out)))
         return str(out)
+
+    def side_by_side(self, stages: list[tuple[str, str, str, list[str]]], jobs: int) -> list[str]:
+        """Run independent stages (name, method, model, args) `jobs` at a time, each as its own `python -m rlft`
+        process; returns their output folders, in order. On a small CPU a second RL seed costs almost no wall
+        time this way: one decode thread per core beats two threads sharing both cores (BENCHMARKS.md).
+
+        Each process gets cpus // jobs torch threads unless OMP_NUM_THREADS is set; its output goes to
+        OUT/NAME.log, and each logged step shows here as one line. Rows are scored and tabled as `stage` does.
+        A failed stage stops the others and the pipeline, with the tail of its log."""
+        if jobs <= 1 or len(stages) <= 1:
+            return [self.stage(name, method, model, *args) for name, method, model, args in stages]
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // jobs)))
+        self.root.mkdir(parents=True, exist_ok=True)
+        pending = list(stages)
+        running: dict[str, tuple[subprocess.Popen, float, list]] = {}
+        walls: dict[str, float] = {}
+        seen: dict[str, int] = {}
+        console.print(f"{len(stages)} stages side by side, {jobs} at a time, OMP_NUM_THREADS="
+                      f"{env['OMP_NUM_THREADS']} each; their logs: {self.root}/NAME.log")
+        try:
+            while pending or running:
+                while pending and len(running) < jobs:
+                    name, method, model, args = pending.pop(0)
+                    command = [method, "--model", model, *args, "-o", str(self.root / name)]
+                    console.print(f"[dim]$ rlft {' '.join(command)} > {self.root / name}.log[/]", highlight=False)
+                    log = open(self.root / f"{name}.log", "w")  # noqa: SIM115 (closed when the process ends)
+                    proc = subprocess.Popen([sys.executable, "-m", "rlft", *command, "--overwrite"], env=env,
+                                            stdout=log, stderr=subprocess.STDOUT)
+                    log.close()
+                    running[name] = (proc, time.time(), command)
+                time.sleep(2)
+                for name, (proc, start, command) in list(running.items()):
+                    code = proc.poll()
+                    seen[name] = _progress(name, self.root / name, seen.get(name, 0))
+                    if code is None:
+                        continue
+                    del running[name]
+                    walls[name] = time.time() - start
+                    if proc.returncode:
+                        tail = (self.root / f"{name}.log").read_text(errors="replace").splitlines()[-15:]
+                        console.print("\n".join(tail), markup=False, highlight=False)
+                        console.print(f"[bold red]{name} failed (exit {proc.returncode}); its log: "
+                                      f"{self.root / name}.log[/]")
+                        raise typer.Exit(proc.returncode if proc.returncode > 0 else 1)
+                    (self.root / f"{name}.command.json").write_text(json.dumps(command))
+        finally:
+            for proc, _, _ in running.values():  # a failed stage or Ctrl-C: the others stop too
+                proc.terminate()
+            for proc, _, _ in running.values():
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        for name, method, model, _ in stages:
+            out = self.root / name
+            self.rows.append(Row(name, method, "held-out pass@1", self.score(model), self.score(str(out)),
+                                 walls[name], str(out), _alarms(out)))
+        return [str(self.root / name) for name, *_ in stages]
 
     def table(self, title: str) -> None:
         """Print the closing table and write it to OUT/pipeline.{json,md} with a before/after chart."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import DATA
+from helpers import DATA, ROOT
 
 from rlft.verifiers.math import math_reward
 from scripts.demo_real import INSTRUCTION, chat_rows, main
@@ -47,3 +47,39 @@ def test_demo_real_refuses_a_folder_without_its_files(tmp_path):
     with pytest.raises(UserError, match="not a multiple"):
         main(out=str(tmp_path / "o"), model="tiny", data=str(DATA / "word_problems"), rl_batch=6, generations=4)
     assert not (tmp_path / "o").exists()
+
+
+def test_rl_seeds_side_by_side_train_as_each_would_alone(tmp_path, sft_short):
+    """Two GRPO seeds as two processes at once (what demo-real does with --seeds 1,2) give the rows, command
+    records and training of each seed run on its own in-process; each row starts from the SFT model's score."""
+    from scripts.pipeline import Pipeline
+
+    args = ["--recipe", str(ROOT / "recipes/grpo_math_tiny.yaml"), "--prompts",
+            str(DATA / "arith/grpo_prompts.jsonl"), "--max-steps", "3", "--set", "train.logging_steps=1"]
+    both = Pipeline(str(tmp_path / "both"), str(DATA / "arith/test.jsonl"), "math")
+    both.side_by_side([(f"grpo-seed{s}", "grpo", str(sft_short), [*args, "--seed", str(s)]) for s in (1, 2)], 2)
+    alone = Pipeline(str(tmp_path / "alone"), str(DATA / "arith/test.jsonl"), "math")
+    alone.stage("grpo-seed2", "grpo", str(sft_short), *args, "--seed", "2")
+    assert [r.stage for r in both.rows] == ["grpo-seed1", "grpo-seed2"]
+    assert both.rows[0].before == both.rows[1].before == alone.rows[0].before
+    assert both.rows[1].after == alone.rows[0].after
+    for seed in (1, 2):
+        command = json.loads((tmp_path / f"both/grpo-seed{seed}.command.json").read_text())
+        assert command[command.index("--seed") + 1] == str(seed)
+        assert "Traceback" not in (tmp_path / f"both/grpo-seed{seed}.log").read_text()
+    losses = [[json.loads(line).get("loss") for line in (d / "grpo-seed2/metrics.jsonl").read_text().splitlines()]
+              for d in (tmp_path / "both", tmp_path / "alone")]
+    assert losses[0] == losses[1] and sum(v is not None for v in losses[0]) == 3
+
+def test_a_failed_side_by_side_stage_stops_the_pipeline_with_its_exit_code(tmp_path, tiny_dir):
+    import pytest
+    import typer
+
+    from scripts.pipeline import Pipeline
+
+    p = Pipeline(str(tmp_path), str(DATA / "word_problems/test.jsonl"), "math")
+    bad = ["--prompts", str(tmp_path / "missing.jsonl"), "--max-steps", "1"]
+    with pytest.raises(typer.Exit) as exc:
+        p.side_by_side([("a", "grpo", str(tiny_dir), bad), ("b", "grpo", str(tiny_dir), bad)], 2)
+    assert exc.value.exit_code == 2 and p.rows == []
+    assert "missing.jsonl" in (tmp_path / "a.log").read_text() and not (tmp_path / "pipeline.json").exists()
