@@ -142,6 +142,9 @@ class Thresholds:
     diverge_logs: int = DIVERGE_LOGS
     ignore: tuple[str, ...] = ()
     method: str | None = None  # the run's method: picks the rules of ONLY_FOR / NOT_FOR (None: the general ones)
+    # The held-out check is scored by the training reward itself (one verifier, no reward model): set by
+    # rlft.watch.mark_reward_scored_heldout, read by reward_hacking.
+    reward_scores_heldout: bool = False
 
     @classmethod
     def from_watch(cls, watch: Mapping[str, Any] | None, method: str | None = None) -> Thresholds:
@@ -397,7 +400,15 @@ def _needed_drop(history: History, th: Thresholds, step: int, score: float) -> f
 def reward_hacking(history: History, th: Thresholds) -> Alarm | None:
     """The training reward rose by hacking_min_rise x its starting spread (reward_std) between two held-out
     checks while held-out pass@1 gained at most hacking_max_heldout_gain, or by a quarter of that while
-    held-out pass@1 fell by hacking_heldout_drop or more: the reward is being gamed."""
+    held-out pass@1 fell by hacking_heldout_drop or more: the reward is being gamed.
+
+    Quiet when the held-out rows are scored by the training reward itself (th.reward_scores_heldout: one
+    verifier, no reward model): whatever games that verifier passes the held-out rows too and lifts their
+    score, so a gap there is the training prompts fitting better than new ones (make demo-real RL=rloo: reward
+    0.17 -> 0.31, watched rows 0.23 -> 0.24, the held-out score 0.160 -> 0.240 over the stage), which the
+    overfitting and no_gain alarms judge from the held-out score alone."""
+    if th.reward_scores_heldout:
+        return None
     rewards = [p for p in series(history, "reward") if math.isfinite(p[1])]
     if len(rewards) < 2:
         return None

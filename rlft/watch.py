@@ -127,3 +127,14 @@ def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: Watch
     console.print(f"held-out check: {metric} on {len(rows)} rows ({where}); turn off with --set "
                   "watch.auto_holdout=false", highlight=False)
     return train_rows
+
+
+def mark_reward_scored_heldout(cfg, setup: WatchSetup) -> None:
+    """Tell the alarms when the held-out check is scored by the run's whole reward: a single verifier, the
+    same spec, no reward model (alarms.reward_hacking then stays quiet: a gamed verifier would lift the check)."""
+    if setup.holdout is None or not setup.holdout.verifier:
+        return
+    section = cfg.values.get(cfg.method) or {}
+    verifiers = [str(v) for v in section.get("verifiers") or []]
+    if verifiers == [setup.holdout.verifier] and not section.get("reward_model"):
+        setup.thresholds.reward_scores_heldout = True

@@ -197,3 +197,30 @@ def test_a_pass_rate_reward_catching_up_with_greedy_is_not_hacking():
     assert not fires(alarms.reward_hacking, catching_up)
     past_it = hacking([0.5] * 7 + [0.7] * 3, [0.575, 0.575], reward_std=0.36)
     assert fires(alarms.reward_hacking, past_it)
+
+
+def test_a_reward_that_also_scores_the_heldout_rows_is_not_called_gamed():
+    """When the held-out check is scored by the training reward itself, gaming the reward would lift the held-out
+    score too: a rise with a flat held-out score is no hacking (make demo-real RL=rloo: 0.17 -> 0.31 on a flat
+    0.23-0.24); the same history with another scorer still fires."""
+    history = hacking([0.17] * 7 + [0.31] * 3, [0.23, 0.24], reward_std=0.3)
+    assert fires(alarms.reward_hacking, history)
+    assert alarms.reward_hacking(history, Thresholds(reward_scores_heldout=True)) is None
+
+
+@pytest.mark.parametrize("section, holdout, marked", [
+    ({"verifiers": ["math"]}, "math", True),
+    ({"verifiers": ["math"]}, "exact", False),
+    ({"verifiers": ["math", "format"]}, "math", False),
+    ({"verifiers": ["math"], "reward_model": "rm"}, "math", False),
+    ({"verifiers": []}, "math", False),
+])
+def test_the_reward_scores_the_heldout_only_when_it_is_that_one_verifier(section, holdout, marked):
+    from types import SimpleNamespace
+
+    from rlft.watch import Holdout, WatchSetup, mark_reward_scored_heldout
+
+    setup = WatchSetup(Thresholds())
+    setup.holdout = Holdout([], None, holdout, None, 8)
+    mark_reward_scored_heldout(SimpleNamespace(method="grpo", values={"grpo": section}), setup)
+    assert setup.thresholds.reward_scores_heldout is marked

@@ -219,7 +219,7 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
     run says when its planned passes over the data are too many (rlft.budget)."""
     from rlft.data import load_split
     from rlft.quiet import quiet_libraries
-    from rlft.watch import prepare_watch
+    from rlft.watch import mark_reward_scored_heldout, prepare_watch
 
     quiet_libraries()
     # Under torchrun / accelerate launch every process runs this; only the main one checks, creates and writes
@@ -240,6 +240,7 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
         from rlft.watch import auto_holdout
 
         train_rows = auto_holdout(cfg, kind, train_rows, eval_rows, watch, console)
+    mark_reward_scored_heldout(cfg, watch)
     note_plain_prompts(cfg, train_rows, console)
     from rlft.budget import warning
 
