@@ -402,13 +402,11 @@ def reward_hacking(history: History, th: Thresholds) -> Alarm | None:
     checks while held-out pass@1 gained at most hacking_max_heldout_gain, or by a quarter of that while
     held-out pass@1 fell by hacking_heldout_drop or more: the reward is being gamed.
 
-    Quiet when the held-out rows are scored by the training reward itself (th.reward_scores_heldout: one
-    verifier, no reward model): whatever games that verifier passes the held-out rows too and lifts their
-    score, so a gap there is the training prompts fitting better than new ones (make demo-real RL=rloo: reward
-    0.17 -> 0.31, watched rows 0.23 -> 0.24, the held-out score 0.160 -> 0.240 over the stage), which the
-    overfitting and no_gain alarms judge from the held-out score alone."""
-    if th.reward_scores_heldout:
-        return None
+    With a flat held-out score, quiet when the held-out rows are scored by the training reward itself
+    (th.reward_scores_heldout: one built-in 0/1 verifier, rlft.watch.mark_reward_scored_heldout): whatever games
+    that verifier passes the held-out rows too and lifts their score, so a gap there is the training prompts
+    fitting better than new ones (make demo-real RL=rloo: reward 0.17 -> 0.31, watched rows 0.23 -> 0.24, all
+    held-out rows 0.160 -> 0.240 over the stage), which overfitting and no_gain judge. A held-out fall still fires."""
     rewards = [p for p in series(history, "reward") if math.isfinite(p[1])]
     if len(rewards) < 2:
         return None
@@ -420,6 +418,8 @@ def reward_hacking(history: History, th: Thresholds) -> Alarm | None:
         r0, r1 = _reward_at(rewards, s0), _reward_at(rewards, s1)
         fell = h0 - h1 >= _needed_drop(history, th, s0, h0) - 1e-9
         need = th.hacking_min_rise * (HACK_RISE_SHARE_ON_DROP if fell else 1.0) * scale
+        if th.reward_scores_heldout and not fell:
+            continue
         if pass_rate and r1 <= h1 and not fell:
             # A pass-rate reward still below the greedy held-out pass@1: its rise is the samples catching up
             # with the greedy answer (RL sharpens the distribution), not a reward the task does not back.

@@ -129,12 +129,22 @@ def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: Watch
     return train_rows
 
 
-def mark_reward_scored_heldout(cfg, setup: WatchSetup) -> None:
-    """Tell the alarms when the held-out check is scored by the run's whole reward: a single verifier, the
-    same spec, no reward model (alarms.reward_hacking then stays quiet: a gamed verifier would lift the check)."""
+def mark_reward_scored_heldout(cfg, setup: WatchSetup) -> bool:
+    """Tell the alarms when the held-out check is scored by the run's whole reward: one built-in 0/1 verifier
+    that judges the task (math, label, json, regex; not partial credit, a format-only check, a forgeable or a
+    plugin verifier), the held-out check's own spec, no reward model, no tools or environment. Whatever games
+    such a verifier passes the held-out rows too, so alarms.reward_hacking then judges only a held-out fall.
+    Returns whether it marked."""
+    from rlft.verifiers.registry import REGISTRY
+
     if setup.holdout is None or not setup.holdout.verifier:
-        return
+        return False
     section = cfg.values.get(cfg.method) or {}
-    verifiers = [str(v) for v in section.get("verifiers") or []]
-    if verifiers == [setup.holdout.verifier] and not section.get("reward_model"):
-        setup.thresholds.reward_scores_heldout = True
+    verifiers = [str(v).strip() for v in section.get("verifiers") or []]
+    builtin = REGISTRY.get(verifiers[0]) if len(verifiers) == 1 else None
+    if (builtin is None or builtin.partial_credit or builtin.forgeable or builtin.format_only
+            or verifiers != [setup.holdout.verifier.strip()]
+            or any(section.get(k) for k in ("reward_model", "tools", "env"))):
+        return False
+    setup.thresholds.reward_scores_heldout = True
+    return True

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -76,29 +77,75 @@ def _rlft(*args: str) -> None:
 
 
 def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; cgroup quotas are not read)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
 
 
-def _progress(name: str, out: Path, done: int) -> int:
-    """Print one line per new row of OUT/metrics.jsonl that logs a step or a held-out check; returns the
-    number of lines read so far."""
-    path = out / "metrics.jsonl"
-    if not path.exists():
-        return done
-    text = path.read_text()
-    complete = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]  # the last may be half written
-    for line in complete[done:]:
-        try:
-            m = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        parts = [f"{k} {m[k]:.3f}" for k in ("reward", "loss", "heldout/score") if isinstance(m.get(k), float)]
-        if parts:
-            console.print(f"  {name} step {m.get('step')}: {', '.join(parts)}", highlight=False)
-    return len(complete)
+def _raise_exit(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _stop(procs: list[subprocess.Popen], interrupted: bool, grace: float = 120.0) -> None:
+    """End the stages still running. After Ctrl-C they got the SIGINT too and are saving (a second signal would
+    cut that short), so they get `grace` seconds first; then SIGTERM (rlft saves and records the run as
+    interrupted), and SIGKILL for whatever is still running `grace` seconds later."""
+    for send in ([None] if interrupted else []) + [subprocess.Popen.terminate, subprocess.Popen.kill]:
+        deadline = time.time() + grace
+        for proc in procs:
+            if send is not None and proc.poll() is None:
+                send(proc)
+        for proc in procs:
+            try:
+                proc.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
+        if all(proc.poll() is not None for proc in procs):
+            return
+
+
+class _Child:
+    """One side-by-side stage: its process, and how much of its metrics and log has been shown."""
+
+    SHOWN = ("pre-flight", "ALARM", "warning", "error", "kept")  # log lines worth a line in the pipeline's output
+
+    def __init__(self, name: str, proc: subprocess.Popen, command: list[str], root: Path) -> None:
+        self.name, self.proc, self.command = name, proc, command
+        self.start = time.time()
+        self.metrics = root / name / "metrics.jsonl"
+        self.log = root / f"{name}.log"
+        self.rows_seen = self.log_seen = 0
+
+    def report(self) -> None:
+        """Print the new complete lines: a metrics row that logs a step or a held-out check, and the log lines
+        that start with one of SHOWN. A metrics file older than this process is the previous run's."""
+        if self.metrics.exists() and self.metrics.stat().st_mtime >= self.start:
+            rows = _complete_lines(self.metrics)
+            if len(rows) < self.rows_seen:  # the folder was emptied after a first look
+                self.rows_seen = 0
+            for line in rows[self.rows_seen:]:
+                try:
+                    m = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                parts = [f"{k} {m[k]:.3f}" for k in ("reward", "loss", "heldout/score")
+                         if isinstance(m.get(k), float)]
+                if parts:
+                    console.print(f"  {self.name} step {m.get('step')}: {', '.join(parts)}", highlight=False)
+            self.rows_seen = len(rows)
+        lines = _complete_lines(self.log)
+        for line in lines[self.log_seen:]:
+            if line.lstrip().startswith(self.SHOWN):
+                console.print(f"  {self.name}: {line.strip()}", markup=False, highlight=False)
+        self.log_seen = len(lines)
+
+
+def _complete_lines(path: Path) -> list[str]:
+    """The lines of a file another process is appending to, without a last line still being written."""
+    text = path.read_text(errors="replace")
+    return text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]
 
 
 class Pipeline:
@@ -145,63 +192,67 @@ class Pipeline:
         return str(out)
 
     def side_by_side(self, stages: list[tuple[str, str, str, list[str]]], jobs: int) -> list[str]:
-        """Run independent stages (name, method, model, args) `jobs` at a time, each as its own `python -m rlft`
-        process; returns their output folders, in order. On a small CPU a second RL seed costs almost no wall
-        time this way: one decode thread per core beats two threads sharing both cores (BENCHMARKS.md).
+        """Run independent stages (name, method, model, args; scored by pass@1, so not `reward`) `jobs` at a
+        time, each as its own `python -m rlft` process; returns their output folders, in order. On a 2-core CPU
+        two one-thread GRPO stages side by side each ran at about the speed of one alone (README, "A real
+        model"), where one process with two threads gained little (BENCHMARKS.md).
 
-        Each process gets cpus // jobs torch threads unless OMP_NUM_THREADS is set; its output goes to
-        OUT/NAME.log, and each logged step shows here as one line. Rows are scored and tabled as `stage` does.
-        A failed stage stops the others and the pipeline, with the tail of its log."""
-        if jobs <= 1 or len(stages) <= 1:
+        Each process gets cpus // processes torch threads unless OMP_NUM_THREADS is set; its output goes to
+        OUT/NAME.log, and each logged step, pre-flight verdict and alarm shows here as one line. Rows are
+        scored and tabled as `stage` does. A failed stage, Ctrl-C or SIGTERM stops the others and the
+        pipeline (a failed stage with the tail of its log and its exit code)."""
+        names = [name for name, *_ in stages]
+        if len(set(names)) < len(names) or any(method == "reward" for _, method, *_ in stages):
+            raise ValueError("side_by_side: stage names must differ, and a reward stage goes through stage()")
+        jobs = min(jobs, len(stages))
+        if jobs <= 1:
             return [self.stage(name, method, model, *args) for name, method, model, args in stages]
-        env = dict(os.environ)
+        env = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "160")}  # log lines unwrapped
         env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // jobs)))
         self.root.mkdir(parents=True, exist_ok=True)
-        pending = list(stages)
-        running: dict[str, tuple[subprocess.Popen, float, list]] = {}
-        walls: dict[str, float] = {}
-        seen: dict[str, int] = {}
+        pending, running, walls = list(stages), {}, {}
         console.print(f"{len(stages)} stages side by side, {jobs} at a time, OMP_NUM_THREADS="
-                      f"{env['OMP_NUM_THREADS']} each; their logs: {self.root}/NAME.log")
+                      f"{env['OMP_NUM_THREADS']} each; their logs: {self.root}/NAME.log", highlight=False)
+        previous, interrupted = signal.signal(signal.SIGTERM, _raise_exit), False
         try:
             while pending or running:
                 while pending and len(running) < jobs:
                     name, method, model, args = pending.pop(0)
                     command = [method, "--model", model, *args, "-o", str(self.root / name)]
-                    console.print(f"[dim]$ rlft {' '.join(command)} > {self.root / name}.log[/]", highlight=False)
-                    log = open(self.root / f"{name}.log", "w")  # noqa: SIM115 (closed when the process ends)
-                    proc = subprocess.Popen([sys.executable, "-m", "rlft", *command, "--overwrite"], env=env,
-                                            stdout=log, stderr=subprocess.STDOUT)
-                    log.close()
-                    running[name] = (proc, time.time(), command)
+                    console.print(f"$ rlft {' '.join(command)} > {self.root / name}.log", style="dim",
+                                  markup=False, highlight=False)
+                    with open(self.root / f"{name}.log", "w") as log:
+                        proc = subprocess.Popen([sys.executable, "-m", "rlft", *command, "--overwrite"], env=env,
+                                                stdout=log, stderr=subprocess.STDOUT)
+                    running[name] = _Child(name, proc, command, self.root)
                 time.sleep(2)
-                for name, (proc, start, command) in list(running.items()):
-                    code = proc.poll()
-                    seen[name] = _progress(name, self.root / name, seen.get(name, 0))
+                for name, child in list(running.items()):
+                    code = child.proc.poll()
+                    child.report()
                     if code is None:
                         continue
                     del running[name]
-                    walls[name] = time.time() - start
-                    if proc.returncode:
-                        tail = (self.root / f"{name}.log").read_text(errors="replace").splitlines()[-15:]
+                    walls[name] = time.time() - child.start
+                    if code:
+                        tail = child.log.read_text(errors="replace").splitlines()[-15:]
                         console.print("\n".join(tail), markup=False, highlight=False)
-                        console.print(f"[bold red]{name} failed (exit {proc.returncode}); its log: "
-                                      f"{self.root / name}.log[/]")
-                        raise typer.Exit(proc.returncode if proc.returncode > 0 else 1)
-                    (self.root / f"{name}.command.json").write_text(json.dumps(command))
+                        why = f"signal {-code}" if code < 0 else f"exit {code}"
+                        console.print(f"[bold red]{name} failed ({why}); its log: {child.log}[/]", highlight=False)
+                        raise typer.Exit(code if code > 0 else 128 - code)
+                    (self.root / f"{name}.command.json").write_text(json.dumps(child.command))
+        except KeyboardInterrupt:
+            interrupted = True
+            console.print("interrupted: waiting for the stages still running to save", highlight=False)
+            raise typer.Exit(130) from None
         finally:
-            for proc, _, _ in running.values():  # a failed stage or Ctrl-C: the others stop too
-                proc.terminate()
-            for proc, _, _ in running.values():
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            signal.signal(signal.SIGTERM, previous)
+            _stop([child.proc for child in running.values()], interrupted)
         for name, method, model, _ in stages:
             out = self.root / name
+            self._scores.pop(str(out), None)  # a rerun under the same name is scored afresh
             self.rows.append(Row(name, method, "held-out pass@1", self.score(model), self.score(str(out)),
                                  walls[name], str(out), _alarms(out)))
-        return [str(self.root / name) for name, *_ in stages]
+        return [str(self.root / name) for name in names]
 
     def table(self, title: str) -> None:
         """Print the closing table and write it to OUT/pipeline.{json,md} with a before/after chart."""

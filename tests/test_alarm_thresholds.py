@@ -206,21 +206,6 @@ def test_a_reward_that_also_scores_the_heldout_rows_is_not_called_gamed():
     history = hacking([0.17] * 7 + [0.31] * 3, [0.23, 0.24], reward_std=0.3)
     assert fires(alarms.reward_hacking, history)
     assert alarms.reward_hacking(history, Thresholds(reward_scores_heldout=True)) is None
+    fell = hacking([0.17] * 7 + [0.31] * 3, [0.40, 0.20], reward_std=0.3, n=100)  # a fall past 3 standard errors
+    assert alarms.reward_hacking(fell, Thresholds(reward_scores_heldout=True)) is not None
 
-
-@pytest.mark.parametrize("section, holdout, marked", [
-    ({"verifiers": ["math"]}, "math", True),
-    ({"verifiers": ["math"]}, "exact", False),
-    ({"verifiers": ["math", "format"]}, "math", False),
-    ({"verifiers": ["math"], "reward_model": "rm"}, "math", False),
-    ({"verifiers": []}, "math", False),
-])
-def test_the_reward_scores_the_heldout_only_when_it_is_that_one_verifier(section, holdout, marked):
-    from types import SimpleNamespace
-
-    from rlft.watch import Holdout, WatchSetup, mark_reward_scored_heldout
-
-    setup = WatchSetup(Thresholds())
-    setup.holdout = Holdout([], None, holdout, None, 8)
-    mark_reward_scored_heldout(SimpleNamespace(method="grpo", values={"grpo": section}), setup)
-    assert setup.thresholds.reward_scores_heldout is marked

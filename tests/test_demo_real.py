@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from helpers import DATA, ROOT
 
@@ -46,13 +47,19 @@ def test_demo_real_refuses_a_folder_without_its_files(tmp_path):
         main(out=str(tmp_path / "o"), model="tiny", data=str(tmp_path), rl_steps=0)
     with pytest.raises(UserError, match="not a multiple"):
         main(out=str(tmp_path / "o"), model="tiny", data=str(DATA / "word_problems"), rl_batch=6, generations=4)
+    for seeds in ("1,1", ","):
+        with pytest.raises(UserError, match="needs one or more different seeds"):
+            main(out=str(tmp_path / "o"), model="tiny", data=str(DATA / "word_problems"), seeds=seeds)
     assert not (tmp_path / "o").exists()
 
 
-def test_rl_seeds_side_by_side_train_as_each_would_alone(tmp_path, sft_short):
+def test_rl_seeds_side_by_side_train_as_each_would_alone(tmp_path, sft_short, one_thread, monkeypatch):
     """Two GRPO seeds as two processes at once (what demo-real does with --seeds 1,2) give the rows, command
-    records and training of each seed run on its own in-process; each row starts from the SFT model's score."""
+    records and training of each seed run on its own in-process; each row starts from the SFT model's score.
+    One thread on both sides: MKL's packed layouts differ by thread count (rlft.packed_linear)."""
     from scripts.pipeline import Pipeline
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
     args = ["--recipe", str(ROOT / "recipes/grpo_math_tiny.yaml"), "--prompts",
             str(DATA / "arith/grpo_prompts.jsonl"), "--max-steps", "3", "--set", "train.logging_steps=1"]
@@ -71,15 +78,24 @@ def test_rl_seeds_side_by_side_train_as_each_would_alone(tmp_path, sft_short):
               for d in (tmp_path / "both", tmp_path / "alone")]
     assert losses[0] == losses[1] and sum(v is not None for v in losses[0]) == 3
 
-def test_a_failed_side_by_side_stage_stops_the_pipeline_with_its_exit_code(tmp_path, tiny_dir):
+
+def test_a_failed_side_by_side_stage_stops_the_others_and_the_pipeline_with_its_exit_code(tmp_path, sft_short):
     import pytest
     import typer
 
     from scripts.pipeline import Pipeline
 
-    p = Pipeline(str(tmp_path), str(DATA / "word_problems/test.jsonl"), "math")
+    p = Pipeline(str(tmp_path), str(DATA / "arith/test.jsonl"), "math")
     bad = ["--prompts", str(tmp_path / "missing.jsonl"), "--max-steps", "1"]
+    long = ["--recipe", str(ROOT / "recipes/grpo_math_tiny.yaml"), "--prompts", str(DATA / "arith/grpo_prompts.jsonl"),
+            "--max-steps", "100000", "--no-preflight"]
+    start = time.time()
     with pytest.raises(typer.Exit) as exc:
-        p.side_by_side([("a", "grpo", str(tiny_dir), bad), ("b", "grpo", str(tiny_dir), bad)], 2)
-    assert exc.value.exit_code == 2 and p.rows == []
-    assert "missing.jsonl" in (tmp_path / "a.log").read_text() and not (tmp_path / "pipeline.json").exists()
+        p.side_by_side([("bad", "grpo", str(sft_short), bad), ("long", "grpo", str(sft_short), long)], 2)
+    assert exc.value.exit_code == 2 and p.rows == [] and time.time() - start < 200
+    assert "missing.jsonl" in (tmp_path / "bad.log").read_text()
+    summary = tmp_path / "long/summary.json"  # stopped: not completed (or not started)
+    assert not summary.exists() or json.loads(summary.read_text())["status"] != "completed"
+    assert not (tmp_path / "long.command.json").exists() and not (tmp_path / "pipeline.json").exists()
+    with pytest.raises(ValueError, match="names must differ"):
+        p.side_by_side([("a", "grpo", "m", []), ("a", "grpo", "m", [])], 2)

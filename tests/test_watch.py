@@ -180,3 +180,29 @@ def test_full_math_verifier_grpo_run_raises_no_alarm(cli, tmp_path, sft_short):
     assert not (out / "alarms.jsonl").exists() and "ALARM" not in r.err
     heldout = [m["heldout/pass_at_1"] for m in read_jsonl(out / "metrics.jsonl") if "heldout/pass_at_1" in m]
     assert heldout[-1] > heldout[0] + 0.1, heldout
+
+
+@pytest.mark.parametrize("section, holdout, marked", [
+    ({"verifiers": ["math"]}, "math", True),
+    ({"verifiers": ["label"]}, "label", True),
+    ({"verifiers": ["math"]}, "label", False),  # another scorer
+    ({"verifiers": ["math", "format"]}, "math", False),  # the reward has more in it
+    ({"verifiers": ["math:0.5"]}, "math:0.5", False),  # only the plain spec
+    ({"verifiers": ["math"], "reward_model": "rm"}, "math", False),
+    ({"verifiers": ["math"], "env": "envs.py:Shop"}, "math", False),  # an environment adds its reward
+    ({"verifiers": ["math"], "tools": ["calc.py:add"]}, "math", False),
+    ({"verifiers": ["label_partial"]}, "label_partial", False),  # partial credit can rise with pass@1 flat
+    ({"verifiers": ["format"]}, "format", False),  # format only
+    ({"verifiers": ["v.py:score"]}, "v.py:score", False),  # a plugin: nothing known about it
+    ({"verifiers": []}, "math", False),
+])
+def test_the_reward_scores_the_heldout_only_for_one_builtin_task_verifier(section, holdout, marked):
+    from types import SimpleNamespace
+
+    from rlft.alarms import Thresholds
+    from rlft.watch import Holdout, WatchSetup, mark_reward_scored_heldout
+
+    setup = WatchSetup(Thresholds())
+    setup.holdout = Holdout([], None, holdout, None, 8)
+    assert mark_reward_scored_heldout(SimpleNamespace(method="grpo", values={"grpo": section}), setup) is marked
+    assert setup.thresholds.reward_scores_heldout is marked

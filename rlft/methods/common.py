@@ -240,7 +240,10 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
         from rlft.watch import auto_holdout
 
         train_rows = auto_holdout(cfg, kind, train_rows, eval_rows, watch, console)
-    mark_reward_scored_heldout(cfg, watch)
+    if mark_reward_scored_heldout(cfg, watch) and main:
+        console.print(f"note: {watch.holdout.verifier} is both the reward and the held-out scorer, so reward_hacking "
+                      "fires only on a held-out fall (gaming the verifier would lift the held-out score too)",
+                      highlight=False)
     note_plain_prompts(cfg, train_rows, console)
     from rlft.budget import warning
 
