@@ -92,7 +92,8 @@ bench-real: install-real
 # SmolLM2-135M + LoRA on word problems (chat prompts + "End with 'The answer is N.'"): a short SFT for the
 # format, then RL (RL=grpo or rloo) for the answers; held-out pass@1 on every test row before -> after each
 # stage; table and chart in $(REAL_OUT). DATA=DIR: any folder with train.jsonl (prompt, completion, answer) and
-# test.jsonl (prompt, answer). SEEDS=1,2 runs one RL stage per seed from the same SFT model.
+# test.jsonl (prompt, answer). SEEDS (default 1,2): one RL stage per seed from the same SFT model, side by
+# side (one process per core; one thread each, as OMP_NUM_THREADS=1 below).
 REAL_OUT ?= runs/demo-real
 REAL_DATA = $(if $(filter data/arith,$(DATA)),data/word_problems,$(DATA))
 RL ?= grpo

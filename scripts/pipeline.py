@@ -194,8 +194,8 @@ class Pipeline:
     def side_by_side(self, stages: list[tuple[str, str, str, list[str]]], jobs: int) -> list[str]:
         """Run independent stages (name, method, model, args; scored by pass@1, so not `reward`) `jobs` at a
         time, each as its own `python -m rlft` process; returns their output folders, in order. On a 2-core CPU
-        two one-thread GRPO stages side by side each ran at about the speed of one alone (README, "A real
-        model"), where one process with two threads gained little (BENCHMARKS.md).
+        two one-thread GRPO stages side by side each ran at about the speed of one alone, where a second thread
+        in one process made a step 1.44x faster (README, "A real model").
 
         Each process gets cpus // processes torch threads unless OMP_NUM_THREADS is set; its output goes to
         OUT/NAME.log, and each logged step, pre-flight verdict and alarm shows here as one line. Rows are
