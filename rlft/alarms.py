@@ -142,9 +142,7 @@ class Thresholds:
     diverge_logs: int = DIVERGE_LOGS
     ignore: tuple[str, ...] = ()
     method: str | None = None  # the run's method: picks the rules of ONLY_FOR / NOT_FOR (None: the general ones)
-    # The held-out check is scored by the training reward itself (one verifier, no reward model): set by
-    # rlft.watch.mark_reward_scored_heldout, read by reward_hacking.
-    reward_scores_heldout: bool = False
+    reward_scores_heldout: bool = False  # the reward is the held-out scorer (rlft.watch.mark_reward_scored_heldout)
 
     @classmethod
     def from_watch(cls, watch: Mapping[str, Any] | None, method: str | None = None) -> Thresholds:
@@ -400,13 +398,8 @@ def _needed_drop(history: History, th: Thresholds, step: int, score: float) -> f
 def reward_hacking(history: History, th: Thresholds) -> Alarm | None:
     """The training reward rose by hacking_min_rise x its starting spread (reward_std) between two held-out
     checks while held-out pass@1 gained at most hacking_max_heldout_gain, or by a quarter of that while
-    held-out pass@1 fell by hacking_heldout_drop or more: the reward is being gamed.
-
-    With a flat held-out score, quiet when the held-out rows are scored by the training reward itself
-    (th.reward_scores_heldout: one built-in 0/1 verifier, rlft.watch.mark_reward_scored_heldout): whatever games
-    that verifier passes the held-out rows too and lifts their score, so a gap there is the training prompts
-    fitting better than new ones (make demo-real RL=rloo: reward 0.17 -> 0.31, watched rows 0.23 -> 0.24, all
-    held-out rows 0.160 -> 0.240 over the stage), which overfitting and no_gain judge. A held-out fall still fires."""
+    held-out pass@1 fell by hacking_heldout_drop or more: the reward is being gamed. With th.reward_scores_heldout
+    only the fall counts: gaming that verifier would lift the held-out score too (README, alarms)."""
     rewards = [p for p in series(history, "reward") if math.isfinite(p[1])]
     if len(rewards) < 2:
         return None
@@ -418,13 +411,9 @@ def reward_hacking(history: History, th: Thresholds) -> Alarm | None:
         r0, r1 = _reward_at(rewards, s0), _reward_at(rewards, s1)
         fell = h0 - h1 >= _needed_drop(history, th, s0, h0) - 1e-9
         need = th.hacking_min_rise * (HACK_RISE_SHARE_ON_DROP if fell else 1.0) * scale
-        if th.reward_scores_heldout and not fell:
-            continue
-        if pass_rate and r1 <= h1 and not fell:
-            # A pass-rate reward still below the greedy held-out pass@1: its rise is the samples catching up
-            # with the greedy answer (RL sharpens the distribution), not a reward the task does not back.
-            # SmolLM2 GRPO after SFT: reward 0.16 -> 0.33 at temperature 0.7 while held-out greedy pass@1
-            # stayed 0.575 on 40 rows, and all 150 held-out rows went 0.373 -> 0.533 (make demo-real, 4 x G 4).
+        if not fell and (th.reward_scores_heldout or (pass_rate and r1 <= h1)):
+            # or a pass rate still below greedy pass@1: samples catching up with the greedy answer (SmolLM2 GRPO
+            # after SFT: reward 0.16 -> 0.33, 40 held-out rows flat at 0.575, all 150 0.373 -> 0.533).
             continue
         if r1 - r0 >= need and r1 > r0 and any(s0 < s <= s1 for s, _ in rewards):
             return Alarm("reward_hacking", s1,
