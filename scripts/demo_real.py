@@ -148,7 +148,7 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
                 "--set", f"{rl}.max_completion_length={heldout_tokens}", "--set", f"{rl}.preflight_prompts=16",
                 *watch, *common]
         p.side_by_side([(f"{rl}-seed{seed}", rl, sft, [*args, "--seed", str(seed)]) for seed in seed_list],
-                       jobs or min(len(seed_list), usable_cpus()))
+                       jobs or usable_cpus())
     p.table(f"demo-real: {model} + LoRA, {len(held)} held-out rows ({time.time() - start:.0f} s)")
 
 

@@ -179,31 +179,36 @@ class Pipeline:
         if not (reuse and same and done.exists() and json.loads(done.read_text()).get("status") == "completed"):
             _rlft(*command, "--overwrite")
             record.write_text(json.dumps(command))
-        wall = time.time() - start
-        summary = json.loads(done.read_text())
-        final = summary.get("final_metrics", {})
+        self._add_row(name, method, model, time.time() - start)
+        return str(out)
+
+    def _add_row(self, name: str, method: str, model: str, wall: float) -> None:
+        """The table row of a finished stage: its held-out score before and after (pair accuracy for a reward
+        model), its wall time and alarms."""
+        out = self.root / name
+        final = json.loads((out / "summary.json").read_text()).get("final_metrics", {})
         if method == "reward":
             self.rows.append(Row(name, method, "held-out pair accuracy", None,
                                  final.get("heldout_pair_accuracy"), wall, str(out), _alarms(out)))
         else:
+            self._scores.pop(str(out), None)  # a rerun under the same name is scored afresh
             before = self.score(model)
             self.rows.append(Row(name, method, "held-out pass@1", before, self.score(str(out)), wall, str(out),
                                  _alarms(out)))
-        return str(out)
 
     def side_by_side(self, stages: list[tuple[str, str, str, list[str]]], jobs: int) -> list[str]:
-        """Run independent stages (name, method, model, args; scored by pass@1, so not `reward`) `jobs` at a
-        time, each as its own `python -m rlft` process; returns their output folders, in order. On a 2-core CPU
-        two one-thread GRPO stages side by side each ran at about the speed of one alone, where a second thread
-        in one process made a step 1.44x faster (README, "A real model").
+        """Run independent stages (name, method, model, args) `jobs` at a time, each as its own `python -m rlft`
+        process; returns their output folders, in order. On a 2-core CPU two one-thread GRPO stages side by side
+        each ran at about the speed of one alone, where a second thread in one process made a step 1.44x faster
+        (README, "A real model").
 
         Each process gets cpus // processes torch threads unless OMP_NUM_THREADS is set; its output goes to
         OUT/NAME.log, and each logged step, pre-flight verdict and alarm shows here as one line. Rows are
         scored and tabled as `stage` does. A failed stage, Ctrl-C or SIGTERM stops the others and the
         pipeline (a failed stage with the tail of its log and its exit code)."""
         names = [name for name, *_ in stages]
-        if len(set(names)) < len(names) or any(method == "reward" for _, method, *_ in stages):
-            raise ValueError("side_by_side: stage names must differ, and a reward stage goes through stage()")
+        if len(set(names)) < len(names):
+            raise ValueError("side_by_side: stage names must differ")
         jobs = min(jobs, len(stages))
         if jobs <= 1:
             return [self.stage(name, method, model, *args) for name, method, model, args in stages]
@@ -248,10 +253,7 @@ class Pipeline:
             signal.signal(signal.SIGTERM, previous)
             _stop([child.proc for child in running.values()], interrupted)
         for name, method, model, _ in stages:
-            out = self.root / name
-            self._scores.pop(str(out), None)  # a rerun under the same name is scored afresh
-            self.rows.append(Row(name, method, "held-out pass@1", self.score(model), self.score(str(out)),
-                                 walls[name], str(out), _alarms(out)))
+            self._add_row(name, method, model, walls[name])
         return [str(self.root / name) for name in names]
 
     def table(self, title: str) -> None:
