@@ -400,8 +400,9 @@ def _nest(flat: dict[str, Any]) -> Section:
 
 def trl_kwargs(cfg: RunConfig, section: str) -> dict[str, Any]:
     """The `train` section plus the method section, flattened into TRL config kwargs (None = TRL default)."""
-    out = {k: v for k, v in cfg.values["train"].items() if v is not None}
-    own = SCHEMA.get(section, {})
-    out.update({k: v for k, v in cfg.values.get(section, {}).items()
-                if v is not None and not (isinstance(own.get(k), Field) and own[k].rlft_only)})
+    out = {}
+    for name in ("train", section):
+        own = SCHEMA.get(name, {})
+        out.update({k: v for k, v in cfg.values.get(name, {}).items()
+                    if v is not None and not (isinstance(own.get(k), Field) and own[k].rlft_only)})
     return out

@@ -47,6 +47,10 @@ def cross_checks(method: str, values: dict[str, Any]) -> list[tuple[str, str]]:
     if isinstance(steps, int) and steps == -1 and isinstance(epochs, (int, float)) and epochs <= 0:
         problems.append(("train.num_train_epochs", f"train.num_train_epochs = {epochs}: must be > 0 (or set "
                          "train.max_steps)"))
+    minutes = values.get("train.max_minutes")
+    if isinstance(minutes, (int, float)) and minutes <= 0:
+        problems.append(("train.max_minutes", f"train.max_minutes = {minutes}: must be > 0 (minutes of training), "
+                         "or unset for no limit"))
     seed = values.get("train.seed")
     if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:
         problems.append(("train.seed", f"train.seed = {seed}: must be between 0 and 2**32 - 1 (numpy's seed range)"))

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Annotated
 
@@ -106,6 +107,8 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
          seeds: Annotated[str, typer.Option(help="RL seeds, comma-separated: one RL run each.")] = "1,2",
          jobs: Annotated[int, typer.Option(min=0, help="RL runs side by side (0: one per CPU core, up to the "
                                                        "number of seeds).")] = 0,
+         minutes: Annotated[float, typer.Option(min=0.0, help="End the demo within this many minutes: the RL "
+                                                              "stages train for what is left (0: no limit).")] = 29.0,
          ) -> None:
     """SFT then RL of SmolLM2-135M + LoRA on word problems, held-out pass@1 around each stage."""
     from rlft.errors import UserError
@@ -129,27 +132,44 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
         raise UserError(f"{data} has no held-out or no training rows", "fill test.jsonl and train.jsonl")
     heldout = write_rows(root / "data/heldout.jsonl", held)
     sft_data = write_rows(root / "data/sft.jsonl", train)
-    p = Pipeline(out, heldout, "math", heldout_tokens)
-    common = ["--lora", "--set", "train.logging_steps=5", "--set", "train.save_strategy=no"]
-    # sequences are under 100 tokens (system prompt ~25 + question ~30 + worked answer ~20): max_length 128
-    sft = p.stage("sft", "sft", model, "--data", sft_data, "--max-steps", str(sft_steps), "--batch-size",
-                  str(sft_batch), "--lr", "2e-4", "--set", "sft.max_length=128", *common, reuse=True)
-    if rl_steps:
-        # the RL prompts: the training questions, the rows SFT saw last first
-        prompts = write_rows(root / "data/rl.jsonl", [{k: r[k] for k in ("prompt", "answer")} for r in train[::-1]])
-        watch = []
-        if watch_rows:
-            watch = ["--holdout", write_rows(root / "data/watch.jsonl", held[:watch_rows]),
-                     "--set", f"watch.holdout_every={max(5, rl_steps // 4)}",
-                     "--set", f"watch.holdout_max_new_tokens={heldout_tokens}"]
-        args = ["--prompts", prompts, "--verifier", "math", "--max-steps", str(rl_steps), "--batch-size",
-                str(rl_batch), "--num-generations", str(generations), "--lr", str(rl_lr),
-                "--set", "train.lr_scheduler_type=constant", "--set", f"{rl}.temperature={temperature}",
-                "--set", f"{rl}.max_completion_length={heldout_tokens}", "--set", f"{rl}.preflight_prompts=16",
-                *watch, *common]
-        p.side_by_side([(f"{rl}-seed{seed}", rl, sft, [*args, "--seed", str(seed)]) for seed in seed_list],
-                       jobs or usable_cpus())
+    with closing(Pipeline(out, heldout, "math", heldout_tokens)) as p:  # closing: the background scorers
+        common = ["--lora", "--set", "train.logging_steps=5", "--set", "train.save_strategy=no"]
+        p.prefetch(model)  # the starting model scores on the core the one-thread SFT leaves idle
+        # sequences are under 100 tokens (system prompt ~25 + question ~30 + worked answer ~20): max_length 128
+        sft = p.stage("sft", "sft", model, "--data", sft_data, "--max-steps", str(sft_steps), "--batch-size",
+                      str(sft_batch), "--lr", "2e-4", "--set", "sft.max_length=128", *common, reuse=True)
+        if rl_steps:
+            # the RL prompts: the training questions, the rows SFT saw last first
+            prompts = write_rows(root / "data/rl.jsonl", [{k: r[k] for k in ("prompt", "answer")} for r in train[::-1]])
+            watch = []
+            if watch_rows:
+                watch = ["--holdout", write_rows(root / "data/watch.jsonl", held[:watch_rows]),
+                         "--set", f"watch.holdout_every={max(5, rl_steps // 4)}",
+                         "--set", f"watch.holdout_max_new_tokens={heldout_tokens}"]
+            args = ["--prompts", prompts, "--verifier", "math", "--max-steps", str(rl_steps), "--batch-size",
+                    str(rl_batch), "--num-generations", str(generations), "--lr", str(rl_lr),
+                    "--set", "train.lr_scheduler_type=constant", "--set", f"{rl}.temperature={temperature}",
+                    "--set", f"{rl}.max_completion_length={heldout_tokens}", "--set", f"{rl}.preflight_prompts=16",
+                    *watch, *common]
+            budget = rl_minutes(minutes, time.time() - start, p.score_seconds.get(sft, 0.0))
+            if budget is not None:
+                args += ["--set", f"train.max_minutes={budget:.2f}"]
+                console.print(f"time: {(time.time() - start) / 60:.1f} of --minutes {minutes:g} used; each {rl} stage "
+                              f"trains for up to {budget:.1f} min (train.max_minutes), or {rl_steps} steps",
+                              highlight=False)
+            p.side_by_side([(f"{rl}-seed{seed}", rl, sft, [*args, "--seed", str(seed)]) for seed in seed_list],
+                           jobs or usable_cpus())
     p.table(f"demo-real: {model} + LoRA, {len(held)} held-out rows ({time.time() - start:.0f} s)")
+
+
+def rl_minutes(minutes: float, used: float, scoring: float) -> float | None:
+    """Training minutes each RL stage gets (train.max_minutes) so the demo ends within `minutes`: what is
+    left after `used` seconds, less two held-out scorings' time (`scoring` seconds, measured on the SFT model):
+    one for the stage's load and pre-flight, one for the closing scores (the stages' models score side by
+    side), and 30 s for saving. None for no limit; at least 0.5."""
+    if not minutes:
+        return None
+    return max(0.5, (60 * minutes - used - 2 * scoring - 30) / 60)
 
 
 if __name__ == "__main__":

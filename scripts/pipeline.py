@@ -20,6 +20,8 @@ also written to OUT/pipeline.json and OUT/pipeline.md, with a bar chart of the s
 from __future__ import annotations
 
 import json
+import multiprocessing
+import multiprocessing.pool
 import os
 import signal
 import subprocess
@@ -82,6 +84,13 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def _one_share(workers: int) -> None:
+    """A background scorer's torch threads: OMP_NUM_THREADS where set, else its share of the cores."""
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, usable_cpus() // workers)))
 
 
 def _raise_exit(signum, frame) -> None:
@@ -161,11 +170,38 @@ class Pipeline:
         self.recipes = {**TINY_RECIPES, **(recipes or {})}
         self.rows: list[Row] = []
         self._scores: dict[str, float] = {}
+        self._pending: dict[str, multiprocessing.pool.AsyncResult] = {}
+        self._pool: multiprocessing.pool.Pool | None = None
+        self.score_seconds: dict[str, float] = {}  # how long each model scored here took (not prefetched ones)
 
     def score(self, model: str) -> float:
         if model not in self._scores:
-            self._scores[model] = heldout_pass_at_1(model, self.heldout, self.verifier, self.max_new_tokens)
+            pending = self._pending.pop(model, None)
+            began = time.time()
+            self._scores[model] = (pending.get() if pending is not None else
+                                   heldout_pass_at_1(model, self.heldout, self.verifier, self.max_new_tokens))
+            if pending is None:
+                self.score_seconds[model] = time.time() - began
         return self._scores[model]
+
+    def prefetch(self, *models: str) -> None:
+        """Score `models` in the background, each in its own spawned process (up to one per core at a time), so
+        the score is ready when a row asks for it: the starting model scores on the core a one-thread stage
+        leaves idle, and stages that end together score side by side. The same function as `score`."""
+        if self._pool is None:
+            cpus = usable_cpus()
+            self._pool = multiprocessing.get_context("spawn").Pool(cpus, initializer=_one_share, initargs=(cpus,))
+        for model in models:
+            if model not in self._scores and model not in self._pending:
+                self._pending[model] = self._pool.apply_async(heldout_pass_at_1, (model, self.heldout, self.verifier,
+                                                                                  self.max_new_tokens))
+
+    def close(self) -> None:
+        """Stop the background scoring processes at once (scores not yet asked for are dropped)."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool, self._pending = None, {}
 
     def stage(self, name: str, method: str, model: str, *args: str, reuse: bool = False) -> str:
         """Run `rlft METHOD --model MODEL ARGS -o OUT/name`; returns the output folder. With `reuse`, a
@@ -191,7 +227,8 @@ class Pipeline:
             self.rows.append(Row(name, method, "held-out pair accuracy", None,
                                  final.get("heldout_pair_accuracy"), wall, str(out), _alarms(out)))
         else:
-            self._scores.pop(str(out), None)  # a rerun under the same name is scored afresh
+            if str(out) not in self._pending:  # a rerun under the same name is scored afresh
+                self._scores.pop(str(out), None)
             before = self.score(model)
             self.rows.append(Row(name, method, "held-out pass@1", before, self.score(str(out)), wall, str(out),
                                  _alarms(out)))
@@ -252,6 +289,7 @@ class Pipeline:
         finally:
             signal.signal(signal.SIGTERM, previous)
             _stop([child.proc for child in running.values()], interrupted)
+        self.prefetch(*(str(self.root / name) for name, method, *_ in stages if method != "reward"))
         for name, method, model, _ in stages:
             self._add_row(name, method, model, walls[name])
         return [str(self.root / name) for name in names]

@@ -77,6 +77,33 @@ def test_rl_seeds_side_by_side_train_as_each_would_alone(tmp_path, sft_short, on
     losses = [[json.loads(line).get("loss") for line in (d / "grpo-seed2/metrics.jsonl").read_text().splitlines()]
               for d in (tmp_path / "both", tmp_path / "alone")]
     assert losses[0] == losses[1] and sum(v is not None for v in losses[0]) == 3
+    both.close()
+
+
+def test_background_scores_equal_scores_taken_in_process(tmp_path, sft_short, monkeypatch):
+    """Pipeline.prefetch scores in spawned processes with the same function: the same numbers; only scores
+    taken in-process are timed (the RL budget reads the SFT model's), and close() stops the scorers."""
+    from scripts.pipeline import Pipeline
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    held = str(DATA / "arith/test.jsonl")
+    here, there = Pipeline(str(tmp_path / "a"), held, "math"), Pipeline(str(tmp_path / "b"), held, "math")
+    there.prefetch(str(sft_short), "tiny")
+    assert there.score(str(sft_short)) == here.score(str(sft_short)) > 0.2
+    assert there.score("tiny") == here.score("tiny")
+    assert set(here.score_seconds) == {str(sft_short), "tiny"} and there.score_seconds == {}
+    pool = there._pool
+    there.close()
+    assert there._pool is None and all(not w.is_alive() for w in pool._pool)
+
+
+def test_the_rl_budget_leaves_room_for_loading_scoring_and_saving():
+    from scripts.demo_real import rl_minutes
+
+    # 29 min, 5 min used, scoring takes 90 s: 1740 - 300 - 180 - 30 = 1230 s
+    assert rl_minutes(29, 300, 90) == 1230 / 60
+    assert rl_minutes(29, 1800, 90) == 0.5  # past the budget already: a floor, the stage still ends checked
+    assert rl_minutes(0, 300, 90) is None
 
 
 def test_a_failed_side_by_side_stage_stops_the_others_and_the_pipeline_with_its_exit_code(tmp_path, sft_short):

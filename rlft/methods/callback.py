@@ -3,7 +3,8 @@
 It feeds the trainer's logs to rlft.monitor.Watcher (metrics.jsonl, alarms, samples), drives the progress line,
 runs the held-out check (rlft.watch, rlft.heldout) at the start, every holdout_every steps (default: a tenth of the
 run) and at the last step, saves the start and the best check's model so far (rlft.methods.keep), asks
-the trainer to save a checkpoint and stop when an alarm fires under `watch.on_alarm: stop`, and turns a
+the trainer to save a checkpoint and stop when an alarm fires under `watch.on_alarm: stop`, ends training
+within train.max_minutes (rlft.time_limit: a last held-out check at the step it stops), and turns a
 SIGINT/SIGTERM caught by `rlft.run.Interrupt` into "save a checkpoint, then stop". Only method modules import
 this one, and they are imported inside the commands, so transformers is not loaded before a run starts.
 """
@@ -11,6 +12,7 @@ this one, and they are imported inside the commands, so transformers is not load
 from __future__ import annotations
 
 import inspect
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from rlft.alarms import Alarm
 from rlft.methods.keep import KeptModels
 from rlft.monitor import ProgressLine, RolloutRecorder, Watcher, alarm_state, clean_logs, progress_bar
 from rlft.run import Interrupt
+from rlft.time_limit import TimeLimit
 from rlft.watch import WatchSetup
 
 
@@ -29,7 +32,7 @@ class RunCallback(TrainerCallback):
     """One run's callback; `watch` comes from rlft.watch.prepare_watch (default: alarms that warn, no held-out)."""
 
     def __init__(self, out: Path, interrupt: Interrupt, console: Console, label: str,
-                 watch: WatchSetup | None = None) -> None:
+                 watch: WatchSetup | None = None, max_minutes: float | None = None) -> None:
         self.interrupt = interrupt
         self.console = console
         self.label = label
@@ -42,6 +45,7 @@ class RunCallback(TrainerCallback):
         self.max_steps = 0
         self.out = Path(out)
         self.trainer = None
+        self.limit = TimeLimit(max_minutes)
         # out/start and out/best as the checks arrive (watch.keep_best); the trainer saves them once attached
         self.kept = KeptModels(out, self.watcher, lambda path: self.trainer.save_model(path), self.setup.keep_best,
                                main=self.watcher.main)
@@ -76,16 +80,24 @@ class RunCallback(TrainerCallback):
         self.progress.start()
         self.task = self.progress.add_task(self.label, total=state.max_steps, completed=state.global_step,
                                            stats=alarm_state(self.watcher.alarm_names))
+        self.limit.begin()
         if self.setup.holdout is not None:
             self._heldout(state, control, kwargs)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.progress is not None:
             self.progress.update(self.task, completed=state.global_step)
+        self.limit.step_done()
         h = self.setup.holdout
-        if h is not None and (state.global_step % h.every_for(state.max_steps) == 0
-                              or state.global_step == state.max_steps):
+        due = h is not None and (state.global_step % h.every_for(state.max_steps) == 0
+                                 or state.global_step == state.max_steps)
+        timed_out = state.global_step < state.max_steps and self.limit.out_of_time(state.global_step, 1 + due)
+        if due or (timed_out and h is not None):
             self._heldout(state, control, kwargs)
+        if timed_out:
+            self.console.print(self.limit.line(state.max_steps), highlight=False)
+            control.should_log = True  # the last step's metrics, as at max_steps
+            control.should_training_stop = True
         if self.interrupt.signum is not None:
             control.should_save = True
             control.should_training_stop = True
@@ -122,7 +134,9 @@ class RunCallback(TrainerCallback):
             return
         if any(r.get("step") == state.global_step and "heldout/score" in r for r in self.watcher.history):
             return
+        began = time.monotonic()
         record = self.watcher.heldout(model, tok, state.global_step, state.epoch or 0.0)
+        self.limit.checked(time.monotonic() - began)
         if self.trainer is not None:
             self.kept.after_check()
         self._stop_if_asked(control)

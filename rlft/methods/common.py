@@ -329,7 +329,8 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
                     narrow_cpu_tiles()
                     lean_cpu_tiles()
                     keep_freed_memory()
-            callback = RunCallback(out, interrupt, console, f"{cfg.method}", watch=run.watch)
+            callback = RunCallback(out, interrupt, console, f"{cfg.method}", watch=run.watch,
+                                   max_minutes=cfg.train.get("max_minutes"))
             callback.attach(trainer)
             trainer.add_callback(callback)
             _drop_printer(trainer)

@@ -71,6 +71,7 @@ from rlft.config import RunConfig
 from rlft.methods.common import Prepared, Run, RunResult, start_run, tracker_config, tracker_names
 from rlft.methods.ppo_rollout import heldout, policy_and_value, rollout, update
 from rlft.methods.ppo_setup import build_networks, check_config, memory_check, reward_function
+from rlft.time_limit import TimeLimit
 
 KIND = "verifiable"
 DEFAULT_LR = 3e-6  # TRL PPOConfig's default; the tiny recipe uses 1e-4
@@ -270,13 +271,17 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                   f"{cfg.ppo.num_ppo_epochs} epochs x {cfg.ppo.num_mini_batches} minibatches -> {out}")
     window: dict[str, list[float]] = {}
     start_time, start_step, start_episodes = time.time(), step, episodes
+    limit = TimeLimit(cfg.train.get("max_minutes"))  # train.max_minutes: end within it, checked, as at `total`
     status, pruned = "completed", False
     try:
         if progress is not None:
             progress.start()
             task = progress.add_task("ppo", total=total, completed=step, stats=alarm_state(watcher.alarm_names))
+        limit.begin()
         if watch.holdout is not None and main and step == 0:
+            began = time.monotonic()
             refresh(watcher.heldout(inner.policy, tok, 0, 0.0))
+            limit.checked(time.monotonic() - began)
             kept.after_check()
         with interrupt.installed():
             while step < total:
@@ -291,7 +296,11 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                 episodes += len(rows) * world
                 for k, v in stats.items():
                     window.setdefault(k, []).append(v)
-                if step % logging_steps == 0 or step == total:
+                limit.step_done()
+                h = watch.holdout
+                due = h is not None and (step % h.every_for(total) == 0 or step == total)
+                timed_out = step < total and _any_process(accelerator, limit.out_of_time(step, 1 + due))
+                if step % logging_steps == 0 or step == total or timed_out:
                     rec = {"step": step, "epoch": round(order.epoch(step), 4), "episodes": episodes}
                     rec.update(_reduce(accelerator, {k: sum(v) / len(v) for k, v in window.items()}))
                     rec["episodes_per_second"] = round((episodes - start_episodes) / (time.time() - start_time), 3)
@@ -299,9 +308,10 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                     watcher.log(rec)
                     _track(accelerator, rec, step)
                     refresh(rec)
-                h = watch.holdout
-                if h is not None and main and (step % h.every_for(total) == 0 or step == total):
+                if h is not None and main and (due or timed_out):
+                    began = time.monotonic()
                     refresh(watcher.heldout(inner.policy, tok, step, order.epoch(step)))
+                    limit.checked(time.monotonic() - began)
                     kept.after_check()
                 if progress is not None:
                     progress.update(task, completed=step)
@@ -312,6 +322,9 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                         watcher.samples(step)
                 if stop:
                     status = "stopped" if watcher.stopped_by is not None else "interrupted"
+                    break
+                if timed_out:
+                    console.print(limit.line(total), highlight=False)
                     break
                 if _any_process(accelerator, watcher.prune):  # rlft sweep's pruner: a shorter completed run
                     pruned = True
