@@ -93,16 +93,18 @@ bench-real: install-real
 # format, then RL (RL=grpo or rloo) for the answers; held-out pass@1 on every test row before -> after each
 # stage; table and chart in $(REAL_OUT). DATA=DIR: any folder with train.jsonl (prompt, completion, answer) and
 # test.jsonl (prompt, answer). SEEDS (default 1,2): one RL stage per seed from the same SFT model, side by
-# side (one process per core; one thread each, as OMP_NUM_THREADS=1 below).
+# side (one process per core; one thread each, as OMP_NUM_THREADS=1 below). MINUTES (default 28): the demo
+# ends within it, the RL stages training for what is left (RL_STEPS or the time, whichever ends first; 0: no limit).
 REAL_OUT ?= runs/demo-real
 REAL_DATA = $(if $(filter data/arith,$(DATA)),data/word_problems,$(DATA))
 RL ?= grpo
 SEEDS ?= 1,2
 GRPO_STEPS ?=
 RL_STEPS ?= $(GRPO_STEPS)
+MINUTES ?=
 demo-real: install-real
 	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.demo_real --out $(REAL_OUT) --data $(REAL_DATA) --rl $(RL) \
-		--seeds $(SEEDS) $(if $(RL_STEPS),--rl-steps $(RL_STEPS))
+		--seeds $(SEEDS) $(if $(RL_STEPS),--rl-steps $(RL_STEPS)) $(if $(MINUTES),--minutes $(MINUTES))
 
 # Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install

@@ -106,13 +106,15 @@ def check_resume(cfg, out: Path) -> None:
     if isinstance(summary, dict) and summary.get("status") == "completed":
         old_train, new_train = saved.get("train") or {}, cfg.values["train"]
         done = summary.get("global_step") or 0
-        more_steps = new_train.get("max_steps", -1) > max(done, old_train.get("max_steps", -1))
+        # a run train.max_minutes ended early may go on to its planned end; a finished one only past it
+        end = done if summary.get("time_limit") else max(done, old_train.get("max_steps", -1))
+        more_steps = new_train.get("max_steps", -1) > end
         more_epochs = (new_train.get("max_steps", -1) == -1 and
                        new_train.get("num_train_epochs", 0) > old_train.get("num_train_epochs", 0))
         if not (more_steps or more_epochs):
             raise UserError(f"--resume: the run in '{out}' already completed ({done} steps); resuming would "
                             "train past its end and replace its final model",
-                            f"raise --max-steps above {done} to train further, or use another --output-dir")
+                            f"raise --max-steps above {end} to train further, or use another --output-dir")
 
 
 def prepare_output_dir(path: str | Path, overwrite: bool = False, resume: bool = False,

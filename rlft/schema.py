@@ -135,8 +135,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
                                minimum=0.0),
         "num_train_epochs": Field("float", 1.0, "epochs over the training data", minimum=0.0),
         "max_steps": Field("int", -1, "stop after this many optimizer steps (-1: use epochs)"),
-        "max_minutes": Field("float", None, "end training within this many minutes (held-out checks included; "
-                             "counted from the first step): checked and saved as at max_steps", minimum=0.0,
+        "max_minutes": Field("float", None, "end the training loop within this many minutes of its start (held-out "
+                             "checks included): completed as at max_steps (rlft/time_limit.py)", minimum=0.0,
                              rlft_only=True),
         "per_device_train_batch_size": Field("int", 8, "rows per device per step", minimum=1),
         "gradient_accumulation_steps": Field("int", 1, "micro-batches per optimizer step", minimum=1),

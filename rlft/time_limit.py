@@ -1,16 +1,22 @@
-"""`train.max_minutes`: a wall-clock limit on training that ends a run the way max_steps does.
+"""`train.max_minutes`: a wall-clock limit on the training loop that ends a run the way max_steps does.
 
-The clock starts when training starts (after the model loads and the pre-flight runs) and covers the steps
-and the held-out checks. After each step the run stops if one more step, then a last held-out check, would
-pass the limit: the estimate is the slowest of the last three steps (steps vary: rows with nothing to learn
-skip their backward) and the slowest check so far. So a run ends inside its limit, checked and saved like
-a run that reached max_steps, rather than being cut off mid-step. The model it keeps follows watch.keep_best.
-Used by rlft.methods.callback (every TRL-backed method) and the PPO loop.
+The clock starts when training starts (after the model loads and the pre-flight runs; the opening held-out
+check counts) and covers the steps and the held-out checks with the saves they make. After each step, and
+after a check due at that step, the run stops if one more step and a closing check would pass the limit: the
+estimate is the slowest of the last eight steps (steps vary: rows with nothing to learn skip their backward,
+and a sampling step may serve several optimizer steps) and the slowest check so far (one step's time until a
+check has been timed, as after --resume). A run stopped so gets a closing check where none ran at that step,
+a checkpoint where its save_strategy saves, is recorded with `time_limit` in summary.json, and keeps the
+model watch.keep_best picks. What follows the loop (the final save, eval, report) is outside the limit.
+Used by rlft.methods.callback (every TRL-backed method) and the PPO loop; on several processes the stop is
+decided together (any process out of time stops all).
 """
 
 from __future__ import annotations
 
 import time
+
+WINDOW = 8  # recent steps the next step's time is estimated from
 
 
 class TimeLimit:
@@ -25,6 +31,10 @@ class TimeLimit:
         self.check = 0.0  # the slowest held-out check so far
         self.stopped_at: int | None = None
 
+    @property
+    def on(self) -> bool:
+        return self.seconds is not None
+
     def begin(self) -> None:
         self.start = self.last_mark = self.clock()
 
@@ -37,20 +47,25 @@ class TimeLimit:
     def step_done(self) -> None:
         now = self.clock()
         if self.last_mark is not None:
-            self.steps = (self.steps + [now - self.last_mark])[-3:]
+            self.steps = (self.steps + [now - self.last_mark])[-WINDOW:]
         self.last_mark = now
 
-    def out_of_time(self, step: int, checks: int = 1) -> bool:
-        """True when a step, then `checks` held-out checks (2 where one is due at `step`, the step just
-        finished), would end past the limit."""
+    def out_of_time(self, step: int, checks: bool = True) -> bool:
+        """True when another step, then a closing check (where the run has `checks`), would end past the limit;
+        `step`: the one just finished."""
         if self.seconds is None or self.start is None:
             return False
-        need = (max(self.steps) if self.steps else 0.0) + checks * self.check
+        step_time = max(self.steps) if self.steps else 0.0
+        need = step_time + ((self.check or step_time) if checks else 0.0)
         if self.clock() - self.start + need <= self.seconds:
             return False
         self.stopped_at = step
         return True
 
+    def record(self, max_steps: int) -> dict:
+        """What summary.json records of a run the limit ended."""
+        return {"max_minutes": self.seconds / 60, "stopped_at": self.stopped_at, "max_steps": max_steps}
+
     def line(self, max_steps: int) -> str:
-        return (f"time limit: training stopped after step {self.stopped_at} of {max_steps}: another step and "
-                f"a held-out check would pass train.max_minutes {self.seconds / 60:g}")
+        return (f"time limit: training stopped after step {self.stopped_at} of {max_steps}: another step would "
+                f"end past train.max_minutes {self.seconds / 60:g}")

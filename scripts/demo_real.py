@@ -33,6 +33,12 @@ How the budget is split, and why:
 - Each --seeds value (1,2 by default) is one RL run from the same SFT model (its row in the table is
   `grpo-seedN`). They run side by side, one process per core (--jobs): on 2 cores two one-thread stages each
   ran at about the speed of one alone, where a second thread in one process made a step 1.44x faster.
+- The demo ends within --minutes (28: `make demo-real` with its install check and the estimates' error stays
+  under 30): after the SFT
+  stage, each RL stage gets what is left as train.max_minutes (rlft.time_limit), less room for loading, its
+  pre-flight and the closing scores (LOAD and CLOSING times the SFT model's held-out scoring). On a fast CPU
+  the RL stages reach --rl-steps first; on a slow one they stop early, checked and kept as at the last step.
+  The base model is scored beside the one-thread SFT stage, and the RL stages' models side by side.
 The numbers this was tuned with, and what did not work, are in the README ("A real model").
 """
 
@@ -108,7 +114,7 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
          jobs: Annotated[int, typer.Option(min=0, help="RL runs side by side (0: one per CPU core, up to the "
                                                        "number of seeds).")] = 0,
          minutes: Annotated[float, typer.Option(min=0.0, help="End the demo within this many minutes: the RL "
-                                                              "stages train for what is left (0: no limit).")] = 29.0,
+                                                              "stages train for what is left (0: no limit).")] = 28.0,
          ) -> None:
     """SFT then RL of SmolLM2-135M + LoRA on word problems, held-out pass@1 around each stage."""
     from rlft.errors import UserError
@@ -134,7 +140,7 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
     sft_data = write_rows(root / "data/sft.jsonl", train)
     with closing(Pipeline(out, heldout, "math", heldout_tokens)) as p:  # closing: the background scorers
         common = ["--lora", "--set", "train.logging_steps=5", "--set", "train.save_strategy=no"]
-        p.prefetch(model)  # the starting model scores on the core the one-thread SFT leaves idle
+        p.prefetch(model, busy=1)  # the starting model scores beside the SFT stage (one thread under make)
         # sequences are under 100 tokens (system prompt ~25 + question ~30 + worked answer ~20): max_length 128
         sft = p.stage("sft", "sft", model, "--data", sft_data, "--max-steps", str(sft_steps), "--batch-size",
                       str(sft_batch), "--lr", "2e-4", "--set", "sft.max_length=128", *common, reuse=True)
@@ -151,26 +157,35 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
                     "--set", "train.lr_scheduler_type=constant", "--set", f"{rl}.temperature={temperature}",
                     "--set", f"{rl}.max_completion_length={heldout_tokens}", "--set", f"{rl}.preflight_prompts=16",
                     *watch, *common]
-            budget = rl_minutes(minutes, time.time() - start, p.score_seconds.get(sft, 0.0))
+            at_once = min(jobs or usable_cpus(), len(seed_list))
+            budget = rl_minutes(minutes, time.time() - start, p.score_seconds.get(sft, 0.0),
+                                waves=-(-len(seed_list) // at_once), closing=-(-len(seed_list) // usable_cpus()))
             if budget is not None:
                 args += ["--set", f"train.max_minutes={budget:.2f}"]
                 console.print(f"time: {(time.time() - start) / 60:.1f} of --minutes {minutes:g} used; each {rl} stage "
                               f"trains for up to {budget:.1f} min (train.max_minutes), or {rl_steps} steps",
                               highlight=False)
+                if budget <= 0.5:
+                    console.print(f"[yellow]warning[/]: --minutes {minutes:g} leaves the RL stages almost no time; "
+                                  "they stop after a step or two (raise --minutes, or 0 for no limit)")
             p.side_by_side([(f"{rl}-seed{seed}", rl, sft, [*args, "--seed", str(seed)]) for seed in seed_list],
                            jobs or usable_cpus())
     p.table(f"demo-real: {model} + LoRA, {len(held)} held-out rows ({time.time() - start:.0f} s)")
 
 
-def rl_minutes(minutes: float, used: float, scoring: float) -> float | None:
-    """Training minutes each RL stage gets (train.max_minutes) so the demo ends within `minutes`: what is
-    left after `used` seconds, less two held-out scorings' time (`scoring` seconds, measured on the SFT model):
-    one for the stage's load and pre-flight, one for the closing scores (the stages' models score side by
-    side), and 30 s for saving. None for no limit; at least 0.5."""
+# A stage's load and pre-flight, and the closing scores (fresh processes, side by side), against one held-out
+# scoring of the SFT model in the demo's process: 100 s and 107 s against 76 s on an AMD EPYC (Zen 3), 2 cores.
+LOAD, CLOSING = 1.3, 1.4
+
+
+def rl_minutes(minutes: float, used: float, scoring: float, waves: int = 1, closing: int = 1) -> float | None:
+    """Training minutes each RL stage gets (train.max_minutes) so the demo ends within `minutes`: what is left
+    after `used` seconds, less 30 s for saving and `closing` rounds of closing scores, shared by `waves` rounds
+    of stages (more seeds than run at once), each less its load and pre-flight; both estimated from `scoring`,
+    the seconds the SFT model's held-out scoring took (LOAD, CLOSING). None for no limit; at least 0.5."""
     if not minutes:
         return None
-    return max(0.5, (60 * minutes - used - 2 * scoring - 30) / 60)
-
+    return max(0.5, ((60 * minutes - used - closing * CLOSING * scoring - 30) / waves - LOAD * scoring) / 60)
 
 if __name__ == "__main__":
     from rlft.errors import UserError

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import multiprocessing.pool
+import multiprocessing.connection
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,11 +87,21 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _one_share(workers: int) -> None:
-    """A background scorer's torch threads: OMP_NUM_THREADS where set, else its share of the cores."""
+def _score_child(conn, model: str, heldout: str, verifier: str, tokens: int, threads: int) -> None:
+    """A background scorer (Pipeline.prefetch): sends ("ok", score) or (error type, message, fix). Ctrl-C is
+    the pipeline's to handle (it stops its scorers), and a scorer whose pipeline died exits with it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=lambda: (multiprocessing.connection.wait([parent.sentinel]), os._exit(1)),
+                         daemon=True).start()
     import torch
 
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, usable_cpus() // workers)))
+    torch.set_num_threads(threads)
+    try:
+        conn.send(("ok", heldout_pass_at_1(model, heldout, verifier, tokens)))
+    except Exception as exc:  # noqa: BLE001 - reported by the pipeline, with the fix where there is one
+        conn.send((type(exc).__name__, getattr(exc, "message", str(exc)), getattr(exc, "fix", None)))
 
 
 def _raise_exit(signum, frame) -> None:
@@ -170,38 +181,68 @@ class Pipeline:
         self.recipes = {**TINY_RECIPES, **(recipes or {})}
         self.rows: list[Row] = []
         self._scores: dict[str, float] = {}
-        self._pending: dict[str, multiprocessing.pool.AsyncResult] = {}
-        self._pool: multiprocessing.pool.Pool | None = None
+        self._pending: dict[str, tuple[multiprocessing.Process, multiprocessing.connection.Connection]] = {}
         self.score_seconds: dict[str, float] = {}  # how long each model scored here took (not prefetched ones)
 
     def score(self, model: str) -> float:
         if model not in self._scores:
-            pending = self._pending.pop(model, None)
             began = time.time()
-            self._scores[model] = (pending.get() if pending is not None else
-                                   heldout_pass_at_1(model, self.heldout, self.verifier, self.max_new_tokens))
-            if pending is None:
+            if model in self._pending:
+                self._scores[model] = self._collect(model)
+            else:
+                self._scores[model] = heldout_pass_at_1(model, self.heldout, self.verifier, self.max_new_tokens)
                 self.score_seconds[model] = time.time() - began
         return self._scores[model]
 
-    def prefetch(self, *models: str) -> None:
-        """Score `models` in the background, each in its own spawned process (up to one per core at a time), so
-        the score is ready when a row asks for it: the starting model scores on the core a one-thread stage
-        leaves idle, and stages that end together score side by side. The same function as `score`."""
-        if self._pool is None:
-            cpus = usable_cpus()
-            self._pool = multiprocessing.get_context("spawn").Pool(cpus, initializer=_one_share, initargs=(cpus,))
-        for model in models:
-            if model not in self._scores and model not in self._pending:
-                self._pending[model] = self._pool.apply_async(heldout_pass_at_1, (model, self.heldout, self.verifier,
-                                                                                  self.max_new_tokens))
+    def prefetch(self, *models: str, busy: int = 0) -> None:
+        """Score `models` in the background, each in its own spawned process, so the score is ready when a row
+        asks for it: the starting model scores on the core a one-thread stage leaves idle, and stages that end
+        together score side by side. The same function as `score`; each process gets OMP_NUM_THREADS torch
+        threads where set, else its share of the cores (`busy`: cores the caller keeps working)."""
+        todo = [m for m in dict.fromkeys(models) if m not in self._scores and m not in self._pending]
+        threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, usable_cpus() // (len(todo) + busy or 1)))
+        spawn = multiprocessing.get_context("spawn")
+        for model in todo:
+            here, there = spawn.Pipe(duplex=False)
+            proc = spawn.Process(target=_score_child, args=(there, model, self.heldout, self.verifier,
+                                                           self.max_new_tokens, threads), daemon=True)
+            proc.start()
+            there.close()
+            self._pending[model] = (proc, here)
+
+    def _collect(self, model: str) -> float:
+        proc, conn = self._pending.pop(model)
+        try:
+            try:
+                answer = conn.recv()  # EOFError: the scorer died without an answer
+            except EOFError:
+                proc.join()
+                raise RuntimeError(f"scoring {model} on the held-out rows died (exit code {proc.exitcode})") from None
+        finally:
+            conn.close()
+        proc.join()
+        if answer[0] == "ok":
+            return answer[1]
+        kind, message, fix = answer
+        if kind in ("UserError", "DataError"):
+            from rlft.errors import UserError
+
+            raise UserError(message, fix)
+        raise RuntimeError(f"scoring {model}: {kind}: {message}")
+
+    def forget(self, model: str) -> None:
+        """Drop `model`'s score and stop its background scorer (it is about to be written anew)."""
+        self._scores.pop(model, None)
+        if model in self._pending:
+            proc, conn = self._pending.pop(model)
+            proc.terminate()
+            proc.join()
+            conn.close()
 
     def close(self) -> None:
-        """Stop the background scoring processes at once (scores not yet asked for are dropped)."""
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool, self._pending = None, {}
+        """Stop the background scorers at once (scores not yet asked for are dropped)."""
+        for model in list(self._pending):
+            self.forget(model)
 
     def stage(self, name: str, method: str, model: str, *args: str, reuse: bool = False) -> str:
         """Run `rlft METHOD --model MODEL ARGS -o OUT/name`; returns the output folder. With `reuse`, a
@@ -211,6 +252,7 @@ class Pipeline:
         command = [method, "--model", model, *args, "-o", str(out)]
         record = self.root / f"{name}.command.json"
         start = time.time()
+        self.forget(str(out))
         same = record.exists() and json.loads(record.read_text()) == command
         if not (reuse and same and done.exists() and json.loads(done.read_text()).get("status") == "completed"):
             _rlft(*command, "--overwrite")
@@ -227,8 +269,6 @@ class Pipeline:
             self.rows.append(Row(name, method, "held-out pair accuracy", None,
                                  final.get("heldout_pair_accuracy"), wall, str(out), _alarms(out)))
         else:
-            if str(out) not in self._pending:  # a rerun under the same name is scored afresh
-                self._scores.pop(str(out), None)
             before = self.score(model)
             self.rows.append(Row(name, method, "held-out pass@1", before, self.score(str(out)), wall, str(out),
                                  _alarms(out)))
@@ -252,6 +292,8 @@ class Pipeline:
         env = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "160")}  # log lines unwrapped
         env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // jobs)))
         self.root.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            self.forget(str(self.root / name))
         pending, running, walls = list(stages), {}, {}
         console.print(f"{len(stages)} stages side by side, {jobs} at a time, OMP_NUM_THREADS="
                       f"{env['OMP_NUM_THREADS']} each; their logs: {self.root}/NAME.log", highlight=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import closing
 
 from helpers import DATA, ROOT
 
@@ -64,7 +65,9 @@ def test_rl_seeds_side_by_side_train_as_each_would_alone(tmp_path, sft_short, on
     args = ["--recipe", str(ROOT / "recipes/grpo_math_tiny.yaml"), "--prompts",
             str(DATA / "arith/grpo_prompts.jsonl"), "--max-steps", "3", "--set", "train.logging_steps=1"]
     both = Pipeline(str(tmp_path / "both"), str(DATA / "arith/test.jsonl"), "math")
-    both.side_by_side([(f"grpo-seed{s}", "grpo", str(sft_short), [*args, "--seed", str(s)]) for s in (1, 2)], 2)
+    with closing(both):
+        both.side_by_side([(f"grpo-seed{s}", "grpo", str(sft_short), [*args, "--seed", str(s)]) for s in (1, 2)],
+                          2)
     alone = Pipeline(str(tmp_path / "alone"), str(DATA / "arith/test.jsonl"), "math")
     alone.stage("grpo-seed2", "grpo", str(sft_short), *args, "--seed", "2")
     assert [r.stage for r in both.rows] == ["grpo-seed1", "grpo-seed2"]
@@ -77,31 +80,44 @@ def test_rl_seeds_side_by_side_train_as_each_would_alone(tmp_path, sft_short, on
     losses = [[json.loads(line).get("loss") for line in (d / "grpo-seed2/metrics.jsonl").read_text().splitlines()]
               for d in (tmp_path / "both", tmp_path / "alone")]
     assert losses[0] == losses[1] and sum(v is not None for v in losses[0]) == 3
-    both.close()
 
 
-def test_background_scores_equal_scores_taken_in_process(tmp_path, sft_short, monkeypatch):
+def test_background_scores_equal_scores_taken_in_process(tmp_path, sft_short, one_thread, monkeypatch):
     """Pipeline.prefetch scores in spawned processes with the same function: the same numbers; only scores
-    taken in-process are timed (the RL budget reads the SFT model's), and close() stops the scorers."""
+    taken in-process are timed (the RL budget reads the SFT model's); a scorer's error comes back as one
+    line, one that dies is named, and close() stops the scorers still running."""
+    import pytest
+
+    from rlft.errors import UserError
     from scripts.pipeline import Pipeline
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     held = str(DATA / "arith/test.jsonl")
     here, there = Pipeline(str(tmp_path / "a"), held, "math"), Pipeline(str(tmp_path / "b"), held, "math")
-    there.prefetch(str(sft_short), "tiny")
-    assert there.score(str(sft_short)) == here.score(str(sft_short)) > 0.2
-    assert there.score("tiny") == here.score("tiny")
-    assert set(here.score_seconds) == {str(sft_short), "tiny"} and there.score_seconds == {}
-    pool = there._pool
-    there.close()
-    assert there._pool is None and all(not w.is_alive() for w in pool._pool)
+    with closing(there):
+        there.prefetch(str(sft_short), "tiny")
+        assert there.score(str(sft_short)) == here.score(str(sft_short)) > 0.2
+        assert there.score("tiny") == here.score("tiny")
+        assert set(here.score_seconds) == {str(sft_short), "tiny"} and there.score_seconds == {}
+        there.prefetch(str(tmp_path / "missing"))
+        with pytest.raises(UserError, match="missing"):
+            there.score(str(tmp_path / "missing"))
+        there.prefetch(str(sft_short) + "/", "tiny/")
+        proc, _ = there._pending[str(sft_short) + "/"]
+        proc.kill()
+        with pytest.raises(RuntimeError, match="died"):
+            there.score(str(sft_short) + "/")
+        (slow, _), = [there._pending["tiny/"]]
+    assert there._pending == {} and not slow.is_alive()
 
 
 def test_the_rl_budget_leaves_room_for_loading_scoring_and_saving():
     from scripts.demo_real import rl_minutes
 
-    # 29 min, 5 min used, scoring takes 90 s: 1740 - 300 - 180 - 30 = 1230 s
-    assert rl_minutes(29, 300, 90) == 1230 / 60
+    # 29 min, 5 min used, scoring takes 100 s: 1740 - 300 - 140 (closing scores) - 30 - 130 (load) = 1140 s
+    assert rl_minutes(29, 300, 100) == 1140 / 60
+    # three seeds on two cores: two rounds of stages, two rounds of closing scores
+    assert rl_minutes(29, 300, 100, waves=2, closing=2) == ((1740 - 300 - 280 - 30) / 2 - 130) / 60
     assert rl_minutes(29, 1800, 90) == 0.5  # past the budget already: a floor, the stage still ends checked
     assert rl_minutes(0, 300, 90) is None
 
@@ -126,3 +142,23 @@ def test_a_failed_side_by_side_stage_stops_the_others_and_the_pipeline_with_its_
     assert not (tmp_path / "long.command.json").exists() and not (tmp_path / "pipeline.json").exists()
     with pytest.raises(ValueError, match="names must differ"):
         p.side_by_side([("a", "grpo", "m", []), ("a", "grpo", "m", [])], 2)
+
+
+def test_the_rl_stages_get_the_time_left(tmp_path, monkeypatch):
+    """--minutes reaches each RL stage as train.max_minutes, from the time the SFT stage left (the stages
+    themselves are captured here; tests/test_time_limit.py runs a stage past its limit)."""
+    from scripts.pipeline import Pipeline
+
+    seen = []
+    monkeypatch.setattr(Pipeline, "side_by_side", lambda self, stages, jobs: seen.extend(stages))
+    main(out=str(tmp_path / "demo"), model="tiny", data=str(DATA / "word_problems"), heldout_rows=4,
+         heldout_tokens=4, sft_steps=2, sft_batch=2, rl_steps=3, seeds="1,2,3", jobs=2, minutes=20)
+    assert [name for name, *_ in seen] == ["grpo-seed1", "grpo-seed2", "grpo-seed3"]
+    limits = {a for *_, args in seen for a in args if a.startswith("train.max_minutes=")}
+    (limit,) = limits  # the same for every seed
+    # three seeds, two at a time: two rounds share what is left of 20 minutes
+    assert 4.0 < float(limit.split("=")[1]) < 9.8
+    seen.clear()
+    main(out=str(tmp_path / "demo"), model="tiny", data=str(DATA / "word_problems"), heldout_rows=4,
+         heldout_tokens=4, sft_steps=2, sft_batch=2, rl_steps=3, seeds="1", minutes=0)
+    assert not any(a.startswith("train.max_minutes") for *_, args in seen for a in args)

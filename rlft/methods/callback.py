@@ -4,7 +4,7 @@ It feeds the trainer's logs to rlft.monitor.Watcher (metrics.jsonl, alarms, samp
 runs the held-out check (rlft.watch, rlft.heldout) at the start, every holdout_every steps (default: a tenth of the
 run) and at the last step, saves the start and the best check's model so far (rlft.methods.keep), asks
 the trainer to save a checkpoint and stop when an alarm fires under `watch.on_alarm: stop`, ends training
-within train.max_minutes (rlft.time_limit: a last held-out check at the step it stops), and turns a
+within train.max_minutes (rlft.time_limit: a closing held-out check at the step it stops), and turns a
 SIGINT/SIGTERM caught by `rlft.run.Interrupt` into "save a checkpoint, then stop". Only method modules import
 this one, and they are imported inside the commands, so transformers is not loaded before a run starts.
 """
@@ -46,6 +46,7 @@ class RunCallback(TrainerCallback):
         self.out = Path(out)
         self.trainer = None
         self.limit = TimeLimit(max_minutes)
+        self.timed_out: dict | None = None  # summary.json's time_limit, when train.max_minutes ended the run
         # out/start and out/best as the checks arrive (watch.keep_best); the trainer saves them once attached
         self.kept = KeptModels(out, self.watcher, lambda path: self.trainer.save_model(path), self.setup.keep_best,
                                main=self.watcher.main)
@@ -89,14 +90,19 @@ class RunCallback(TrainerCallback):
             self.progress.update(self.task, completed=state.global_step)
         self.limit.step_done()
         h = self.setup.holdout
-        due = h is not None and (state.global_step % h.every_for(state.max_steps) == 0
-                                 or state.global_step == state.max_steps)
-        timed_out = state.global_step < state.max_steps and self.limit.out_of_time(state.global_step, 1 + due)
-        if due or (timed_out and h is not None):
+        if h is not None and (state.global_step % h.every_for(state.max_steps) == 0
+                              or state.global_step == state.max_steps):
             self._heldout(state, control, kwargs)
-        if timed_out:
+        if (self.limit.on and state.global_step < state.max_steps
+                and self._together(self.limit.out_of_time(state.global_step, h is not None))):
+            if h is not None:  # the closing check (skipped where one ran at this step)
+                self._heldout(state, control, kwargs)
+            self.limit.stopped_at = state.global_step
+            self.timed_out = self.limit.record(state.max_steps)
             self.console.print(self.limit.line(state.max_steps), highlight=False)
-            control.should_log = True  # the last step's metrics, as at max_steps
+            control.should_log = True  # the last step's metrics go to metrics.jsonl
+            if args.save_strategy == "steps":  # a checkpoint, as the trainer saves one at max_steps
+                control.should_save = True
             control.should_training_stop = True
         if self.interrupt.signum is not None:
             control.should_save = True
@@ -136,9 +142,9 @@ class RunCallback(TrainerCallback):
             return
         began = time.monotonic()
         record = self.watcher.heldout(model, tok, state.global_step, state.epoch or 0.0)
-        self.limit.checked(time.monotonic() - began)
         if self.trainer is not None:
             self.kept.after_check()
+        self.limit.checked(time.monotonic() - began)  # the check and the save it makes
         self._stop_if_asked(control)
         self._refresh(record)
 
@@ -146,6 +152,16 @@ class RunCallback(TrainerCallback):
         if self.watcher.last_samples_step == state.global_step:
             return
         self.watcher.samples(state.global_step)
+
+    def _together(self, flag: bool) -> bool:
+        """True on every process when it is true on one: ranks must stop at the same step (their clocks
+        differ), or one would wait in a collective for a step the others never take."""
+        accelerator = getattr(self.trainer, "accelerator", None)
+        if accelerator is None or accelerator.num_processes == 1:
+            return flag
+        import torch
+
+        return bool(accelerator.reduce(torch.tensor(float(flag), device=accelerator.device), reduction="sum") > 0)
 
     def _stop_if_asked(self, control) -> None:
         if self.watcher.stopped_by is not None:

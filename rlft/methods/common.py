@@ -349,6 +349,8 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
                 return run.end("stopped", step, alarms=alarms, stopped_by=callback.stopped_by,
                                last_log=callback.last, **kept)
             kept = callback.kept.finish(step, console, end=True, keep_start=keep_start)
+            if callback.timed_out:
+                kept["time_limit"] = callback.timed_out
             alarms = [a["name"] for a in callback.alarms]  # finish may add the end-of-run no_gain alarm
             final = dict(result.metrics)
             if getattr(trainer, "eval_dataset", None) is not None:

@@ -272,6 +272,24 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
     window: dict[str, list[float]] = {}
     start_time, start_step, start_episodes = time.time(), step, episodes
     limit = TimeLimit(cfg.train.get("max_minutes"))  # train.max_minutes: end within it, checked, as at `total`
+    timed: dict | None = None  # summary.json's time_limit when the limit ended the run
+
+    def log(window_: dict[str, list[float]]) -> dict[str, list[float]]:
+        """Log the steps since the last log (means over them); returns the emptied window."""
+        rec = {"step": step, "epoch": round(order.epoch(step), 4), "episodes": episodes}
+        rec.update(_reduce(accelerator, {k: sum(v) / len(v) for k, v in window_.items()}))
+        rec["episodes_per_second"] = round((episodes - start_episodes) / (time.time() - start_time), 3)
+        watcher.log(rec)
+        _track(accelerator, rec, step)
+        refresh(rec)
+        return {}
+
+    def check() -> None:
+        """A held-out check at `step` and the save it makes, timed for the limit (the main process)."""
+        began = time.monotonic()
+        refresh(watcher.heldout(inner.policy, tok, step, order.epoch(step)))
+        kept.after_check()
+        limit.checked(time.monotonic() - began)
     status, pruned = "completed", False
     try:
         if progress is not None:
@@ -279,10 +297,7 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
             task = progress.add_task("ppo", total=total, completed=step, stats=alarm_state(watcher.alarm_names))
         limit.begin()
         if watch.holdout is not None and main and step == 0:
-            began = time.monotonic()
-            refresh(watcher.heldout(inner.policy, tok, 0, 0.0))
-            limit.checked(time.monotonic() - began)
-            kept.after_check()
+            check()
         with interrupt.installed():
             while step < total:
                 rows = [train_rows[i].data for i in order.indices(step)]
@@ -297,22 +312,18 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                 for k, v in stats.items():
                     window.setdefault(k, []).append(v)
                 limit.step_done()
+                if step % logging_steps == 0 or step == total:
+                    window = log(window)
                 h = watch.holdout
                 due = h is not None and (step % h.every_for(total) == 0 or step == total)
-                timed_out = step < total and _any_process(accelerator, limit.out_of_time(step, 1 + due))
-                if step % logging_steps == 0 or step == total or timed_out:
-                    rec = {"step": step, "epoch": round(order.epoch(step), 4), "episodes": episodes}
-                    rec.update(_reduce(accelerator, {k: sum(v) / len(v) for k, v in window.items()}))
-                    rec["episodes_per_second"] = round((episodes - start_episodes) / (time.time() - start_time), 3)
-                    window = {}
-                    watcher.log(rec)
-                    _track(accelerator, rec, step)
-                    refresh(rec)
-                if h is not None and main and (due or timed_out):
-                    began = time.monotonic()
-                    refresh(watcher.heldout(inner.policy, tok, step, order.epoch(step)))
-                    limit.checked(time.monotonic() - began)
-                    kept.after_check()
+                if due and main:
+                    check()
+                timed_out = (limit.on and step < total
+                             and _any_process(accelerator, limit.out_of_time(step, h is not None)))
+                if timed_out and window:  # the last step's metrics, where this step did not log
+                    window = log(window)
+                if timed_out and h is not None and main and not due:
+                    check()  # the closing check
                 if progress is not None:
                     progress.update(task, completed=step)
                 stop = _any_process(accelerator, interrupt.signum is not None or watcher.stopped_by is not None)
@@ -324,7 +335,11 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                     status = "stopped" if watcher.stopped_by is not None else "interrupted"
                     break
                 if timed_out:
+                    limit.stopped_at = step
+                    timed = limit.record(total)
                     console.print(limit.line(total), highlight=False)
+                    if save_steps:  # a checkpoint to --resume from, where the run saves them
+                        checkpoint()
                     break
                 if _any_process(accelerator, watcher.prune):  # rlft sweep's pruner: a shorter completed run
                     pruned = True
@@ -361,7 +376,8 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
             if k in last_log:
                 final[f"train_{k}"] = last_log[k]
         return run_.end("completed", step, alarms=alarms, final=final, train_seconds=train_seconds,
-                        last_log=last_log, steps_this_run=step - start_step, **fields)
+                        last_log=last_log, steps_this_run=step - start_step,
+                        **({"time_limit": timed} if timed else {}), **fields)
     finally:
         watcher.close()
         accelerator.end_training()
