@@ -58,6 +58,16 @@ def wait_for_everyone() -> None:
     PartialState(cpu=not torch.cuda.is_available()).wait_for_everyone()
 
 
+def any_process(accelerator, flag: bool) -> bool:
+    """True on every process when it is true on one: a signal, an alarm or the time limit must stop all of
+    them at the same step, or one would wait in a collective for a step the others never take."""
+    if accelerator is None or accelerator.num_processes == 1:
+        return flag
+    import torch
+
+    return bool(accelerator.reduce(torch.tensor(float(flag), device=accelerator.device), reduction="sum") > 0)
+
+
 def default_output_dir(method: str) -> str:
     return f"runs/{method}-{time.strftime('%Y%m%d-%H%M%S')}"
 

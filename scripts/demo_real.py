@@ -34,10 +34,10 @@ How the budget is split, and why:
   `grpo-seedN`). They run side by side, one process per core (--jobs): on 2 cores two one-thread stages each
   ran at about the speed of one alone, where a second thread in one process made a step 1.44x faster.
 - The demo ends within --minutes (28: `make demo-real` with its install check and the estimates' error stays
-  under 30): after the SFT
-  stage, each RL stage gets what is left as train.max_minutes (rlft.time_limit), less room for loading, its
-  pre-flight and the closing scores (LOAD and CLOSING times the SFT model's held-out scoring). On a fast CPU
-  the RL stages reach --rl-steps first; on a slow one they stop early, checked and kept as at the last step.
+  under 30): after the SFT stage, each RL stage gets what is left as train.max_minutes (rlft.time_limit), less
+  room for loading, its pre-flight and the closing scores (LOAD and CLOSING times the SFT model's held-out
+  scoring). On a fast CPU the RL stages reach --rl-steps first; on a slow one they stop early, checked and
+  kept as at the last step.
   The base model is scored beside the one-thread SFT stage, and the RL stages' models side by side.
 The numbers this was tuned with, and what did not work, are in the README ("A real model").
 """

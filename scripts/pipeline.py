@@ -185,13 +185,12 @@ class Pipeline:
         self.score_seconds: dict[str, float] = {}  # how long each model scored here took (not prefetched ones)
 
     def score(self, model: str) -> float:
-        if model not in self._scores:
+        if model in self._pending:
+            self._scores[model] = self._collect(model)
+        elif model not in self._scores:
             began = time.time()
-            if model in self._pending:
-                self._scores[model] = self._collect(model)
-            else:
-                self._scores[model] = heldout_pass_at_1(model, self.heldout, self.verifier, self.max_new_tokens)
-                self.score_seconds[model] = time.time() - began
+            self._scores[model] = heldout_pass_at_1(model, self.heldout, self.verifier, self.max_new_tokens)
+            self.score_seconds[model] = time.time() - began
         return self._scores[model]
 
     def prefetch(self, *models: str, busy: int = 0) -> None:

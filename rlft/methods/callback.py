@@ -23,7 +23,7 @@ from transformers import TrainerCallback
 from rlft.alarms import Alarm
 from rlft.methods.keep import KeptModels
 from rlft.monitor import ProgressLine, RolloutRecorder, Watcher, alarm_state, clean_logs, progress_bar
-from rlft.run import Interrupt
+from rlft.run import Interrupt, any_process
 from rlft.time_limit import TimeLimit
 from rlft.watch import WatchSetup
 
@@ -94,7 +94,8 @@ class RunCallback(TrainerCallback):
                               or state.global_step == state.max_steps):
             self._heldout(state, control, kwargs)
         if (self.limit.on and state.global_step < state.max_steps
-                and self._together(self.limit.out_of_time(state.global_step, h is not None))):
+                and any_process(getattr(self.trainer, "accelerator", None),
+                                self.limit.out_of_time(state.global_step, h is not None))):
             if h is not None:  # the closing check (skipped where one ran at this step)
                 self._heldout(state, control, kwargs)
             self.limit.stopped_at = state.global_step
@@ -152,16 +153,6 @@ class RunCallback(TrainerCallback):
         if self.watcher.last_samples_step == state.global_step:
             return
         self.watcher.samples(state.global_step)
-
-    def _together(self, flag: bool) -> bool:
-        """True on every process when it is true on one: ranks must stop at the same step (their clocks
-        differ), or one would wait in a collective for a step the others never take."""
-        accelerator = getattr(self.trainer, "accelerator", None)
-        if accelerator is None or accelerator.num_processes == 1:
-            return flag
-        import torch
-
-        return bool(accelerator.reduce(torch.tensor(float(flag), device=accelerator.device), reduction="sum") > 0)
 
     def _stop_if_asked(self, control) -> None:
         if self.watcher.stopped_by is not None:

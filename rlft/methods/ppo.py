@@ -182,7 +182,7 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
 
     from rlft.methods.ppo_math import explained_variance
     from rlft.monitor import ProgressLine, RolloutRecorder, Watcher, alarm_state, progress_bar
-    from rlft.run import Interrupt
+    from rlft.run import Interrupt, any_process
 
     cfg, out, ckpt, prior, record = run_.cfg, run_.out, run_.checkpoint, run_.prior, run_.record
     watch, console = run_.watch, run_.console
@@ -319,14 +319,14 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                 if due and main:
                     check()
                 timed_out = (limit.on and step < total
-                             and _any_process(accelerator, limit.out_of_time(step, h is not None)))
+                             and any_process(accelerator, limit.out_of_time(step, h is not None)))
                 if timed_out and window:  # the last step's metrics, where this step did not log
                     window = log(window)
                 if timed_out and h is not None and main and not due:
                     check()  # the closing check
                 if progress is not None:
                     progress.update(task, completed=step)
-                stop = _any_process(accelerator, interrupt.signum is not None or watcher.stopped_by is not None)
+                stop = any_process(accelerator, interrupt.signum is not None or watcher.stopped_by is not None)
                 if stop or (save_steps and step % save_steps == 0 and step < total):
                     checkpoint()
                     if main:
@@ -341,7 +341,7 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
                     if save_steps:  # a checkpoint to --resume from, where the run saves them
                         checkpoint()
                     break
-                if _any_process(accelerator, watcher.prune):  # rlft sweep's pruner: a shorter completed run
+                if any_process(accelerator, watcher.prune):  # rlft sweep's pruner: a shorter completed run
                     pruned = True
                     break
     finally:
@@ -395,15 +395,6 @@ def _truncate_metrics(path: Path, step: int) -> None:
         lines = [line for line in path.read_text().splitlines()
                  if line.strip() and json.loads(line).get("step", 0) <= step]
         path.write_text("".join(line + "\n" for line in lines))
-
-
-def _any_process(accelerator, flag: bool) -> bool:
-    """True on every process when it is true on one (a signal or an alarm must stop all of them together)."""
-    if accelerator.num_processes == 1:
-        return flag
-    import torch
-
-    return bool(accelerator.reduce(torch.tensor(float(flag), device=accelerator.device), reduction="sum") > 0)
 
 
 def _reduce(accelerator, stats: dict[str, float]) -> dict[str, float]:
