@@ -76,7 +76,7 @@ def test_round_trip_through_transformers(cli, bpe_llama, tmp_path, outtype):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out = tmp_path / f"m-{outtype}.gguf"
+    out = tmp_path / f"{'a-long-file-name-' * 6}m-{outtype}.gguf"  # stdout is the path, never wrapped at 80
     r = cli("export", bpe_llama, "--gguf", out, "--outtype", outtype)
     assert r.code == 0, r.text
     assert r.out.strip() == str(out) and "gpt-2 pre-tokenizer" in r.err
