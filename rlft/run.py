@@ -49,13 +49,28 @@ def process_console(console=None):
 
 def wait_for_everyone() -> None:
     """Barrier across the processes of a multi-process launch; returns at once in a single process. Through
-    accelerate's PartialState, which sets up the process group the trainers then reuse."""
+    accelerate's PartialState, which sets up the process group the trainers then reuse.
+
+    A secondary process waits here with SIGTERM and SIGINT at their default (die at once): when the main one
+    exits first (a refused output folder, a bad input), the launcher's SIGTERM would otherwise wait for a Python
+    handler that cannot run inside the blocking collective, and torchrun kills the process only 30 s later.
+    It has written nothing yet, so there is nothing to save."""
     if int(os.environ.get("WORLD_SIZE") or 1) <= 1:
         return
+    import signal
+
     import torch
     from accelerate import PartialState
 
-    PartialState(cpu=not torch.cuda.is_available()).wait_for_everyone()
+    if is_main_process():
+        PartialState(cpu=not torch.cuda.is_available()).wait_for_everyone()
+        return
+    previous = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:  # the first call also joins the process group: it waits for the main process to join too
+        PartialState(cpu=not torch.cuda.is_available()).wait_for_everyone()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def any_process(accelerator, flag: bool) -> bool:

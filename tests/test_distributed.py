@@ -55,6 +55,8 @@ def test_busy_output_dir_is_still_refused_under_ddp(tmp_path, tiny_dir):
     assert r.returncode != 0
     assert "is not empty" in r.stdout + r.stderr
     assert (out / "notes.txt").read_text() == "mine" and len(list(out.iterdir())) == 1
+    # The second process, waiting for the main one to join, dies at torchrun's SIGTERM: not 30 s later by SIGKILL.
+    assert "SIGKILL" not in r.stdout + r.stderr and "(SIGTERM)" in r.stdout + r.stderr
 
 
 @pytest.mark.slow
