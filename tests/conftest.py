@@ -4,7 +4,9 @@ Shared helpers (paths, write_jsonl, CliResult) are in tests/helpers.py; import t
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 from helpers import DATA, ROOT, CliResult
@@ -47,33 +49,43 @@ def tiny_dir(rlft_cache):
     return tiny_path()
 
 
+def _built_once(tmp_path_factory, name: str, args: list[str]) -> Path:
+    """`rlft ARGS -o <folder>` run once per test session: with pytest-xdist, the first worker to need it runs it
+    under a file lock in the workers' common temp folder and the others read the same folder (what uses it only
+    reads it)."""
+    from filelock import FileLock
+
+    from rlft.cli import main
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    out = root / "shared-runs" / name
+    out.parent.mkdir(exist_ok=True)
+    with FileLock(f"{out}.lock"):
+        summary = out / "summary.json"
+        if summary.exists() and json.loads(summary.read_text()).get("status") == "completed":
+            return out
+        try:
+            main([*args, "-o", str(out), "--overwrite"])
+        except SystemExit as exc:
+            assert exc.code == 0, f"{name} failed with exit code {exc.code}"
+    return out
+
+
 @pytest.fixture(scope="session")
 def sft_model(tmp_path_factory, tiny_dir):
     """A tiny model after a short SFT on arithmetic (shared by the DPO and eval tests)."""
-    from rlft.cli import main
-
-    out = tmp_path_factory.mktemp("runs") / "sft"
-    try:
-        main(["sft", "--data", str(DATA / "arith/sft_train.jsonl"), "-o", str(out), "--max-steps", "60",
-              "--lr", "3e-3", "--batch-size", "32", "--set", "train.logging_steps=20",
-              "--set", "sft.max_length=32"])
-    except SystemExit as exc:
-        assert exc.code == 0, f"short SFT failed with exit code {exc.code}"
-    return out
+    return _built_once(tmp_path_factory, "sft", [
+        "sft", "--data", str(DATA / "arith/sft_train.jsonl"), "--max-steps", "60", "--lr", "3e-3",
+        "--batch-size", "32", "--set", "train.logging_steps=20", "--set", "sft.max_length=32"])
 
 
 @pytest.fixture(scope="session")
 def sft_short(tmp_path_factory, tiny_dir):
     """The tiny model after recipes/sft_tiny_short.yaml: right about half the time (GRPO's starting point)."""
-    from rlft.cli import main
-
-    out = tmp_path_factory.mktemp("runs") / "sft-short"
-    try:
-        main(["sft", "--recipe", str(ROOT / "recipes/sft_tiny_short.yaml"), "-o", str(out),
-              "--data", str(DATA / "arith/sft_train.jsonl")])
-    except SystemExit as exc:
-        assert exc.code == 0, f"short SFT failed with exit code {exc.code}"
-    return out
+    return _built_once(tmp_path_factory, "sft-short", [
+        "sft", "--recipe", str(ROOT / "recipes/sft_tiny_short.yaml"), "--data", str(DATA / "arith/sft_train.jsonl")])
 
 
 @pytest.fixture
