@@ -221,7 +221,9 @@ def apply_lora(model, lora_cfg: Any, quantized: bool = False, task: str = "CAUSA
     targets = lora_cfg.target_modules
     config = LoraConfig(r=lora_cfg.r, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
                         target_modules=targets, task_type=task)
-    return get_peft_model(model, config)
+    model = get_peft_model(model, config)
+    model._rlft_fresh_adapter = True  # made here, untrained (rlft.models.drop_fresh_ref_adapter reads it)
+    return model
 
 
 def _bnb_config(dtype):
@@ -344,18 +346,27 @@ def drop_fresh_ref_adapter(model) -> bool:
     Handed a model that already holds a LoRA adapter (rlft's `load_model` applies LoRA itself, before the trainer),
     TRL's DPO, KTO, GRPO and RLOO trainers (beta > 0) add a frozen "ref" adapter copied from it and compute every
     reference pass through it: the adapter's two extra products in each adapted layer (SmolLM2 DPO, 4 steps: 5040
-    linear calls against TRL's own 3360 with a `peft_config`, ~15% of a step). A fresh adapter (every lora_B zero:
+    linear calls against TRL's own 3360 with a `peft_config`, ~15% of a step). A fresh adapter (lora_B zero:
     peft's initialisation) adds nothing to its base, so that reference is the base with the adapters disabled,
-    which is what TRL computes when there is no "ref" adapter. So it is deleted then, and kept for an adapter that
-    already changes the model (a trained one, loaded to train further) or holds anything besides lora_A / lora_B.
-    Returns whether it was deleted."""
+    which is what TRL computes when there is no "ref" adapter; the copy is deleted then.
+
+    Decided by where the adapter came from, the same on every process: `apply_lora` marks the adapters it makes
+    (rlft always trains a new one: an earlier stage's adapter is merged into its base first). The weights are
+    checked too, where they are on a real device (not meta, as under FSDP's low-memory loading): every adapter
+    weight must be a lora_A or an all-zero lora_B; anything else (a DoRA magnitude, embedding or token adapters,
+    modules_to_save) keeps the copy. Returns whether it was deleted."""
     configs = getattr(model, "peft_config", None)
-    if not isinstance(configs, dict) or "ref" not in configs or "default" not in configs:
+    if (not getattr(model, "_rlft_fresh_adapter", False) or not isinstance(configs, dict) or "ref" not in configs
+            or "default" not in configs):
         return False
     for name, param in model.named_parameters():
-        if ".default." not in name or ".lora_A." in name:
+        parts = name.split(".")
+        if "default" not in parts:
             continue
-        if ".lora_B." not in name or bool(param.detach().any()):
+        kind = parts[parts.index("default") - 1]
+        if kind == "lora_A":
+            continue
+        if kind != "lora_B" or (param.device.type != "meta" and bool(param.detach().any())):
             return False
     model.delete_adapter("ref")
     return True

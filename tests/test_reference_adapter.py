@@ -21,6 +21,7 @@ def _peft_with_ref(tiny_dir):
     torch.manual_seed(0)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_dir),
                            LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    model._rlft_fresh_adapter = True  # as rlft.models.apply_lora marks the adapters it makes
     model.add_adapter("ref", model.peft_config["default"])  # what TRL does with a model that holds an adapter
     for name, param in model.named_parameters():
         if ".default." in name:
@@ -48,7 +49,7 @@ def test_a_fresh_adapter_loses_its_ref_copy_and_the_reference_is_unchanged(tiny_
     assert drop_fresh_ref_adapter(model) is False  # nothing left to drop
 
 
-def test_a_trained_adapter_keeps_its_ref_copy(tiny_dir):
+def test_an_adapter_rlft_did_not_make_fresh_keeps_its_ref_copy(tiny_dir):
     import torch
 
     from rlft.models import drop_fresh_ref_adapter
@@ -56,6 +57,9 @@ def test_a_trained_adapter_keeps_its_ref_copy(tiny_dir):
     model = _peft_with_ref(tiny_dir)
     with torch.no_grad():
         next(p for n, p in model.named_parameters() if ".lora_B.default." in n).fill_(0.01)
+    assert drop_fresh_ref_adapter(model) is False and "ref" in model.peft_config  # a trained lora_B
+    model = _peft_with_ref(tiny_dir)
+    model._rlft_fresh_adapter = False  # not made by rlft.models.apply_lora
     assert drop_fresh_ref_adapter(model) is False and "ref" in model.peft_config
 
 
