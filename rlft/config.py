@@ -264,7 +264,8 @@ def validate(method: str, merged: Layer, check_trl: bool = True) -> list[str]:
         spec = _schema_field(key)
         if spec is None:
             if "." not in rest and rest in trl_fields.get(section, {}):
-                problem = _check_passthrough(value, trl_fields[section][rest])
+                value, problem = _check_passthrough(value, trl_fields[section][rest])
+                merged.values[key] = value
             elif check_trl or "." in rest:
                 known = sorted(set(_schema_keys(section)) | set(trl_fields.get(section, {})))
                 problem = f"unknown key{did_you_mean(rest, known)}"
@@ -342,16 +343,20 @@ def _check(value: Any, spec: Field) -> tuple[Any, str | None]:
     return value, None
 
 
-def _check_passthrough(value: Any, default: Any) -> str | None:
-    """A TRL field rlft does not model: type-check it against the TRL default's type."""
+def _check_passthrough(value: Any, default: Any) -> tuple[Any, str | None]:
+    """A TRL field rlft does not model: type-check it against the TRL default's type; (value, problem)."""
     if value is None or default is None:
-        return None
+        return value, None
     if isinstance(default, bool):
-        return None if isinstance(value, bool) else "expected true or false"
+        return value, None if isinstance(value, bool) else "expected true or false"
     if isinstance(default, (int, float)):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if ok else "expected a number"
-    return None
+        return value, None if ok else "expected a number"
+    if isinstance(default, str) and isinstance(value, bool):
+        # YAML reads an unquoted `no` (or `off`) as false; TRL's string settings spell it "no" (save_strategy,
+        # eval_strategy, logging_strategy, hub_strategy)
+        return ("no", None) if value is False else (value, "expected a string: quote it ('yes')")
+    return value, None
 
 
 _TRL_FIELD_CACHE: dict[str, dict[str, dict[str, Any]]] = {}

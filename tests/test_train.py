@@ -64,6 +64,17 @@ def test_sft_writes_a_complete_run_folder_and_loss_falls(cli, tmp_path, tiny_dir
     AutoModelForCausalLM.from_pretrained(out)  # plain transformers can load the result
 
 
+def test_a_users_save_strategy_is_kept(cli, tmp_path, tiny_dir):
+    """`train.save_strategy` is a TRL field rlft passes through; rlft once overwrote it with "steps"."""
+    args = ["sft", "--data", SFT_DATA, "--max-steps", "4", "--set", "train.save_steps=2", *FAST]
+    assert cli(*args, "-o", tmp_path / "default").code == 0
+    assert sorted(p.name for p in (tmp_path / "default").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    r = cli(*args, "--set", "train.save_strategy=no", "-o", tmp_path / "none")
+    assert r.code == 0, r.text
+    assert not list((tmp_path / "none").glob("checkpoint-*"))
+    assert (tmp_path / "none/model.safetensors").exists()  # the run's model is still written
+
+
 def test_sft_on_chat_messages_with_lora_saves_an_adapter(cli, tmp_path):
     out = tmp_path / "lora"
     r = cli("sft", "--data", DATA / "support/demos.jsonl", "-o", out, "--max-steps", "4", "--lora",

@@ -130,7 +130,8 @@ def tracker_config(cfg: RunConfig) -> dict[str, Any]:
 def build_trl_config(cfg: RunConfig, config_cls, out: Path, has_eval: bool, **overrides: Any):
     """TRL config for a method: rlft's `train` + method section, hardware defaults, our logging choices."""
     kwargs = hardware_defaults(trl_kwargs(cfg, cfg.method))
-    kwargs.update(output_dir=str(out), disable_tqdm=True, save_strategy="steps", logging_strategy="steps")
+    kwargs.setdefault("save_strategy", "steps")  # `--set train.save_strategy=no` (a TRL field) is the user's
+    kwargs.update(output_dir=str(out), disable_tqdm=True, logging_strategy="steps")
     if has_eval:
         kwargs["eval_strategy"] = "steps"
         kwargs["eval_steps"] = kwargs.get("eval_steps") or kwargs.get("save_steps")
