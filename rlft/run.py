@@ -65,7 +65,10 @@ def wait_for_everyone() -> None:
     if is_main_process():
         PartialState(cpu=not torch.cuda.is_available()).wait_for_everyone()
         return
-    previous = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        previous = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGINT)}
+    except ValueError:  # off the main thread, where handlers cannot be set
+        previous = {}
     try:  # the first call also joins the process group: it waits for the main process to join too
         PartialState(cpu=not torch.cuda.is_available()).wait_for_everyone()
     finally:

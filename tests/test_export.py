@@ -76,7 +76,8 @@ def test_round_trip_through_transformers(cli, bpe_llama, tmp_path, outtype):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out = tmp_path / f"{'a-long-file-name-' * 6}m-{outtype}.gguf"  # stdout is the path, never wrapped at 80
+    # stdout is the path as it is: never wrapped at 80 columns, brackets not read as markup
+    out = tmp_path / f"{'a-long-file-name-' * 6}[red]m[b]-{outtype}.gguf"
     r = cli("export", bpe_llama, "--gguf", out, "--outtype", outtype)
     assert r.code == 0, r.text
     assert r.out.strip() == str(out) and "gpt-2 pre-tokenizer" in r.err

@@ -35,7 +35,7 @@ def export(
     from rlft.export import export_gguf
 
     stats = export_gguf(source, gguf, outtype.value, overwrite=overwrite)
-    out_console.print(stats["path"], highlight=False, soft_wrap=True)  # a path for scripts: never wrapped
+    out_console.print(stats["path"], markup=False, highlight=False, soft_wrap=True)  # a path for scripts
     err_console.print(f"wrote {stats['path']}: {stats['outtype']}, {stats['tensors']} tensors, "
                       f"vocab {stats['vocab']} ({stats['pre_tokenizer']} pre-tokenizer), "
                       f"{stats['bytes'] / 2**20:.1f} MiB in {stats['seconds']:.1f} s", highlight=False)

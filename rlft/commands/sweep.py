@@ -73,5 +73,5 @@ def sweep(
     o.out_console.print(t)
     best = result["best"]
     o.out_console.print(f"best: trial {best['trial']} ({best['value']:.3f}); recipe {result['recipe']}\n"
-                        f"run it: rlft {method} --recipe {result['recipe']} -o runs/{method}-best", highlight=False,
-                        soft_wrap=True)
+                        f"run it: rlft {method} --recipe {result['recipe']} -o runs/{method}-best", markup=False,
+                        highlight=False, soft_wrap=True)
