@@ -62,13 +62,12 @@ def wait_for_everyone() -> None:
     import torch
     from accelerate import PartialState
 
-    if is_main_process():
-        PartialState(cpu=not torch.cuda.is_available()).wait_for_everyone()
-        return
-    try:
-        previous = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGINT)}
-    except ValueError:  # off the main thread, where handlers cannot be set
-        previous = {}
+    previous = {}
+    if not is_main_process():
+        try:
+            previous = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGINT)}
+        except ValueError:  # off the main thread, where handlers cannot be set
+            pass
     try:  # the first call also joins the process group: it waits for the main process to join too
         PartialState(cpu=not torch.cuda.is_available()).wait_for_everyone()
     finally:

@@ -315,10 +315,6 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             # loads, before the trainer seeds itself: from train.seed, so a seeded run repeats.
             set_seed(cfg.train.seed)
             trainer = method.build(cfg, out, prepared)
-            from rlft.models import drop_fresh_ref_adapter
-
-            if cfg.method in ("dpo", "kto"):  # a fresh adapter's reference is its base: no "ref" copy
-                drop_fresh_ref_adapter(trainer.model)  # (GRPO/RLOO with beta > 0: not yet shown equal, kept)
             if cfg.method in SAMPLING_METHODS:  # LoRA on the CPU: sample from a plain copy (rlft.sampling)
                 from rlft.sampling import attach
                 from rlft.trl_cpu import (

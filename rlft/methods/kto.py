@@ -57,16 +57,19 @@ def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from datasets import Dataset
     from trl import KTOConfig, KTOTrainer
 
-    from rlft.models import load_model
+    from rlft import models
 
-    model = load_model(cfg.model)
-    ref = None if cfg.model.lora.enabled else load_model(cfg.model, trainable=False, with_lora=False)
+    model = models.load_model(cfg.model)
+    ref = None if cfg.model.lora.enabled else models.load_model(cfg.model, trainable=False, with_lora=False)
     eval_rows = prepared.eval_rows
     args = build_trl_config(cfg, KTOConfig, out, bool(eval_rows),
                             max_length=clamp_max_length(cfg.kto.max_length, model))
-    return KTOTrainer(model=model, ref_model=ref, args=args, processing_class=prepared.tok,
-                      train_dataset=Dataset.from_list(thumbs_records(prepared.train_rows, cfg.train.seed)),
-                      eval_dataset=Dataset.from_list(thumbs_records(eval_rows, cfg.train.seed)) if eval_rows else None)
+    trainer = KTOTrainer(model=model, ref_model=ref, args=args, processing_class=prepared.tok,
+                         train_dataset=Dataset.from_list(thumbs_records(prepared.train_rows, cfg.train.seed)),
+                         eval_dataset=Dataset.from_list(thumbs_records(eval_rows, cfg.train.seed)) if eval_rows
+                         else None)
+    models.drop_fresh_ref_adapter(trainer.model)  # a fresh adapter's reference is its base: no "ref" copy
+    return trainer
 
 
 def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
