@@ -78,7 +78,7 @@ def per_token_logps(model, input_ids, attention_mask, logits_to_keep: int, compu
     `_get_per_token_logps_and_entropies` returns them for one chunk, or None where no prompt is shared."""
     from transformers import DynamicCache
 
-    from rlft.decode import cache_key, distinct_rows, plain_layers
+    from rlft.decode import cache_key, distinct_rows, last_positions, plain_layers
 
     width = input_ids.size(1) - logits_to_keep  # the prompt block, left-padded to one width
     prompts, prompt_mask, inverse = distinct_rows(input_ids[:, :width], attention_mask[:, :width])
@@ -91,7 +91,7 @@ def per_token_logps(model, input_ids, attention_mask, logits_to_keep: int, compu
     key = cache_key(inner)
     head = width - 1  # the prompt's last token goes with the completion: its output scores the first new token
     model(input_ids=prompts[:, :head], attention_mask=prompt_mask[:, :head],
-          **{key: cache}, use_cache=True, logits_to_keep=1)
+          **{key: cache}, use_cache=True, logits_to_keep=last_positions(prompts[:, :head]))
     labels = input_ids.masked_fill(attention_mask == 0, -100)
     labels[:, :-logits_to_keep] = -100
     lanes = _lanes(inner, attention_mask[:, head:], inverse, prompts.size(0))

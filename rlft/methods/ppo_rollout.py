@@ -36,8 +36,10 @@ def policy_and_value(policy, value):
             self.value = value
 
         def forward(self, input_ids, attention_mask, position_ids, keep: int):
+            from rlft.decode import last_positions
+
             logits = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                 use_cache=False, logits_to_keep=keep).logits
+                                 use_cache=False, logits_to_keep=last_positions(input_ids, keep)).logits
             values = token_values(self.value, input_ids=input_ids, attention_mask=attention_mask,
                                   position_ids=position_ids)
             return logits, values
@@ -59,9 +61,11 @@ def response_logprobs(model, input_ids, attention_mask, position_ids, responses,
     """Log-probs of `responses` (the last T tokens of input_ids) under `model` at `temperature`."""
     import torch
 
+    from rlft.decode import last_positions
+
     t = responses.shape[1]
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   use_cache=False, logits_to_keep=t + 1).logits[:, :-1]
+                   use_cache=False, logits_to_keep=last_positions(input_ids, t + 1)).logits[:, :-1]
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     return logp.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
 
