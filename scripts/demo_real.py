@@ -45,7 +45,6 @@ The numbers this was tuned with, and what did not work, are in the README ("A re
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from contextlib import closing
 from pathlib import Path
@@ -141,11 +140,6 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
     sft_data = write_rows(root / "data/sft.jsonl", train)
     with closing(Pipeline(out, heldout, "math", heldout_tokens)) as p:  # closing: the background scorers
         common = ["--lora", "--set", "train.logging_steps=5", "--set", "train.save_strategy=no"]
-        if not shutil.which("nvidia-smi"):  # no GPU (the Makefile's test): rlft.precision's CPU choice overridden
-            # fp32 on every CPU: the demo's settings were measured in fp32 (Intel Xeon, where rlft.precision keeps
-            # fp32; Zen 3), and on a Zen 4 (AVX512-BF16) its two bf16 GRPO stages side by side ran out of 23 GiB
-            # (6.4-6.8 GB each by step 9, one killed at 10.5 GB near step 17); README, "A real model"
-            common += ["--set", "train.bf16=false"]
         p.prefetch(model, busy=1)  # the starting model scores beside the SFT stage (one thread under make)
         # sequences are under 100 tokens (system prompt ~25 + question ~30 + worked answer ~20): max_length 128
         sft = p.stage("sft", "sft", model, "--data", sft_data, "--max-steps", str(sft_steps), "--batch-size",

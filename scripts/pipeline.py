@@ -37,6 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlft.evaluate import heldout_pass_at_1
+from rlft.trl_cpu import release_freed_memory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
@@ -77,6 +78,8 @@ def _rlft(*args: str) -> None:
     except SystemExit as exc:
         if exc.code not in (0, None):
             raise typer.Exit(exc.code if isinstance(exc.code, int) else 1) from exc
+    finally:
+        release_freed_memory()  # the stage kept its freed memory for its next step; this process goes on
 
 
 def usable_cpus() -> int:
@@ -191,6 +194,7 @@ class Pipeline:
             began = time.time()
             self._scores[model] = heldout_pass_at_1(model, self.heldout, self.verifier, self.max_new_tokens)
             self.score_seconds[model] = time.time() - began
+            release_freed_memory()
         return self._scores[model]
 
     def prefetch(self, *models: str, busy: int = 0) -> None:

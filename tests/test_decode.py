@@ -535,19 +535,27 @@ def test_hybrid_models_fall_back_to_trl_and_generate():
 _MALLINFO = """
 import ctypes, sys
 sys.path.insert(0, sys.argv[2])
-from rlft.trl_cpu import keep_freed_memory
+from rlft.trl_cpu import keep_freed_memory, release_freed_memory
 fields = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
 class Info(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in fields]
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype, libc.malloc.restype, libc.free.argtypes = Info, ctypes.c_void_p, [ctypes.c_void_p]
-if sys.argv[1] == "keep":
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+if sys.argv[1] in ("keep", "release"):
     assert keep_freed_memory()
 block = libc.malloc(64 << 20)
 ctypes.memset(block, 1, 64 << 20)
+after = libc.malloc(1 << 20)  # a live block above it: the heap's top cannot shrink past it
 alive = libc.mallinfo2()
 libc.free(block)
-print(alive.hblkhd >> 20, libc.mallinfo2().arena >> 20)
+if sys.argv[1] == "release":
+    held = rss()
+    assert release_freed_memory()
+    print(held - rss())
+else:
+    print(alive.hblkhd >> 20, libc.mallinfo2().arena >> 20)
 """
 
 
@@ -573,6 +581,8 @@ def test_keep_freed_memory_serves_large_blocks_from_the_heap_and_keeps_them(tmp_
     assert mapped >= 64 and kept < 64
     mapped, kept = run("keep")
     assert mapped == 0 and kept >= 64
+    [returned] = run("release")  # release_freed_memory gives the kept pages back, from the heap's middle too
+    assert returned >= 60
 
 
 def _small(family, **kw):
