@@ -65,16 +65,21 @@ def _forward_params(model) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
-def last_positions(input_ids, keep: int = 1):
-    """`logits_to_keep` for a forward's last `keep` positions, as an index tensor rather than the int.
+def last_positions(model, input_ids, keep: int = 1):
+    """`logits_to_keep` for `model`'s last `keep` positions: an index tensor where `model` (under a peft wrapper)
+    is one of transformers' own classes, the int elsewhere.
 
     With an int, transformers slices the hidden states into a strided view ([rows, keep, hidden] inside
     [rows, width, hidden]), and torch's CPU linear does not fold such a view into one matrix product when no
     gradient is taken: it runs a batched product with the LM head's weight expanded per row. SmolLM2-135M's
-    head (49,152 x 576), 64 rows, keep 1, one thread, torch 2.13: bf16 16 s and +3.5 GB against 0.04 s;
-    fp32 0.77 against 0.075 s (keep 41, 8 rows: bf16 1.08 against 0.12 s, fp32 0.52 against 0.32 s). An
-    index tensor (transformers takes one: `hidden_states[:, positions]`) gives a contiguous copy and the
-    same values."""
+    head (49,152 x 576), 64 rows, keep 1, one thread, torch 2.13: bf16 7.9 s and +3.6 GB against 0.02 s;
+    fp32 0.72 against 0.08 s (keep 41, 8 rows: bf16 0.92 against 0.10 s, fp32 0.43 against 0.29 s;
+    bench/lm_head_slice.py). An index tensor (transformers' models take one: `hidden_states[:, positions]`)
+    gives a contiguous copy and the same values. Remote-code models may slice with the int themselves
+    (`hidden_states[:, -logits_to_keep:]`), which a tensor of several positions would break: they keep it."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not type(inner).__module__.startswith("transformers."):
+        return keep
     import torch
 
     width = input_ids.shape[1]
@@ -241,7 +246,7 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
     position = mask.long().cumsum(-1) - 1
     position = position.masked_fill(mask == 0, 0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position, **{key: cache},
-                   use_cache=True, logits_to_keep=last_positions(ids)).logits[:, -1].float()
+                   use_cache=True, logits_to_keep=last_positions(model, ids)).logits[:, -1].float()
     # back to the caller's rows: repeats copied, and distinct rows reordered (torch.unique sorts them)
     if not torch.equal(inverse, torch.arange(rows, device=inverse.device)):
         cache.batch_select_indices(inverse)

@@ -91,7 +91,7 @@ def per_token_logps(model, input_ids, attention_mask, logits_to_keep: int, compu
     key = cache_key(inner)
     head = width - 1  # the prompt's last token goes with the completion: its output scores the first new token
     model(input_ids=prompts[:, :head], attention_mask=prompt_mask[:, :head],
-          **{key: cache}, use_cache=True, logits_to_keep=last_positions(prompts[:, :head]))
+          **{key: cache}, use_cache=True, logits_to_keep=last_positions(inner, prompts[:, :head]))
     labels = input_ids.masked_fill(attention_mask == 0, -100)
     labels[:, :-logits_to_keep] = -100
     lanes = _lanes(inner, attention_mask[:, head:], inverse, prompts.size(0))

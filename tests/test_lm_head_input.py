@@ -28,12 +28,21 @@ def model(tiny_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
 
 
-def test_last_positions_index_the_last_columns():
+def test_last_positions_index_the_last_columns_of_transformers_models_only(model):
+    from peft import LoraConfig, get_peft_model
+
     from rlft.decode import last_positions
 
     ids = torch.zeros(3, 7, dtype=torch.long)
-    assert last_positions(ids).tolist() == [6]
-    assert last_positions(ids, 3).tolist() == [4, 5, 6]
+    assert last_positions(model, ids).tolist() == [6]
+    assert last_positions(model, ids, 3).tolist() == [4, 5, 6]
+    wrapped = get_peft_model(type(model)(model.config), LoraConfig(r=2, target_modules="all-linear"))
+    assert last_positions(wrapped, ids, 3).tolist() == [4, 5, 6]
+
+    class RemoteCode(torch.nn.Module):  # trust_remote_code classes may slice with the int themselves
+        pass
+
+    assert last_positions(RemoteCode(), ids, 3) == 3
 
 
 def test_decode_prefill_hands_the_head_a_contiguous_input(model):

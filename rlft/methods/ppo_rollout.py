@@ -39,7 +39,7 @@ def policy_and_value(policy, value):
             from rlft.decode import last_positions
 
             logits = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                 use_cache=False, logits_to_keep=last_positions(input_ids, keep)).logits
+                                 use_cache=False, logits_to_keep=last_positions(self.policy, input_ids, keep)).logits
             values = token_values(self.value, input_ids=input_ids, attention_mask=attention_mask,
                                   position_ids=position_ids)
             return logits, values
@@ -65,7 +65,7 @@ def response_logprobs(model, input_ids, attention_mask, position_ids, responses,
 
     t = responses.shape[1]
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   use_cache=False, logits_to_keep=last_positions(input_ids, t + 1)).logits[:, :-1]
+                   use_cache=False, logits_to_keep=last_positions(model, input_ids, t + 1)).logits[:, :-1]
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     return logp.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
 
