@@ -67,22 +67,25 @@ def _forward_params(model) -> set[str]:
 
 def last_positions(model, input_ids, keep: int = 1):
     """`logits_to_keep` for `model`'s last `keep` positions: an index tensor where `model` (under a peft wrapper)
-    is one of transformers' own classes, the int elsewhere.
+    is one of transformers' own classes on the CPU, the int elsewhere.
 
     With an int, transformers slices the hidden states into a strided view ([rows, keep, hidden] inside
-    [rows, width, hidden]), and torch's CPU linear does not fold such a view into one matrix product when no
-    gradient is taken: it runs a batched product with the LM head's weight expanded per row. SmolLM2-135M's
-    head (49,152 x 576), 64 rows, keep 1, one thread, torch 2.13: bf16 7.9 s and +3.6 GB against 0.02 s;
-    fp32 0.72 against 0.08 s (keep 41, 8 rows: bf16 0.92 against 0.10 s, fp32 0.43 against 0.29 s;
-    bench/lm_head_slice.py). An index tensor (transformers' models take one: `hidden_states[:, positions]`)
-    gives a contiguous copy and the same values. Remote-code models may slice with the int themselves
-    (`hidden_states[:, -logits_to_keep:]`), which a tensor of several positions would break: they keep it."""
+    [rows, width, hidden]), and torch's CPU linear multiplies such a view (with or without gradients) as a
+    batched product with the LM head's weight expanded per row. SmolLM2-135M's head (49,152 x 576), 64 rows,
+    keep 1, one thread, torch 2.13, no_grad: bf16 7.9 s and +3.6 GB against 0.02 s; fp32 0.72 against 0.08 s
+    (keep 41, 8 rows: bf16 0.92 against 0.10 s, fp32 0.43 against 0.29 s; bench/lm_head_slice.py). An index
+    tensor (transformers' models take one: `hidden_states[:, positions]`) gives a contiguous copy and the same
+    values. Remote-code models may slice with the int themselves (`hidden_states[:, -logits_to_keep:]`), which
+    a tensor of several positions would break, and GPUs have no such slowdown: both keep the int, as do `keep`
+    values the int means otherwise (0: every position) or that cover every position. Any other path to the head
+    (transformers' `generate`) is covered by rlft.models.contiguous_head."""
+    width = input_ids.shape[1]
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if not type(inner).__module__.startswith("transformers."):
+    if (not type(inner).__module__.startswith("transformers.") or input_ids.device.type != "cpu"
+            or keep <= 0 or keep >= width):
         return keep
     import torch
 
-    width = input_ids.shape[1]
     return torch.arange(width - keep, width, device=input_ids.device)
 
 

@@ -67,6 +67,9 @@ class PolicySampler:
         copy = copy.to_empty(device=base.device).to(dtype)
         copy.generation_config = base.generation_config
         self.copy = copy.eval().requires_grad_(False)
+        from rlft.models import contiguous_head
+
+        contiguous_head(self.copy)  # its `generate` fallback slices the hidden states for the head
         # non-persistent buffers (rotary frequencies) are not weights: to_empty left them unset
         for name, buf in base.named_buffers():
             if "lora_" not in name:

@@ -79,7 +79,9 @@ def _rlft(*args: str) -> None:
         if exc.code not in (0, None):
             raise typer.Exit(exc.code if isinstance(exc.code, int) else 1) from exc
     finally:
-        release_freed_memory()  # the stage kept its freed memory for its next step; this process goes on
+        # the stage kept its freed memory for its next step (rlft.trl_cpu.keep_freed_memory, whose settings stay
+        # with this process: hence a trim after each in-process stage and scoring); this process goes on
+        release_freed_memory()
 
 
 def usable_cpus() -> int:

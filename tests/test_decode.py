@@ -542,7 +542,8 @@ class Info(ctypes.Structure):
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype, libc.malloc.restype, libc.free.argtypes = Info, ctypes.c_void_p, [ctypes.c_void_p]
 def rss():
-    return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+    import os
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
 if sys.argv[1] in ("keep", "release"):
     assert keep_freed_memory()
 block = libc.malloc(64 << 20)

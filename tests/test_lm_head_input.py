@@ -1,8 +1,10 @@
 """The LM head gets a contiguous input wherever rlft asks a model for its last positions' logits.
 
 transformers slices the hidden states for an int `logits_to_keep` into a strided view, and torch's CPU linear
-multiplies such a view (under no_grad) with the head's weight expanded per row: 16 s and +3.5 GB for 64 rows
-of SmolLM2 in bf16 against 0.04 s (rlft.decode.last_positions). These tests fail if an int comes back."""
+multiplies such a view with the head's weight expanded per row: 7.9 s and +3.6 GB for 64 rows of SmolLM2 in
+bf16 against 0.02 s (bench/lm_head_slice.py). rlft's own passes give an index tensor (rlft.decode.last_positions),
+and every model rlft loads gets a hook that makes the head's input contiguous (rlft.models.contiguous_head) for
+the paths it does not drive (transformers' `generate`). These tests fail if a strided input comes back."""
 
 from __future__ import annotations
 
@@ -42,7 +44,9 @@ def test_last_positions_index_the_last_columns_of_transformers_models_only(model
     class RemoteCode(torch.nn.Module):  # trust_remote_code classes may slice with the int themselves
         pass
 
+    RemoteCode.__module__ = "transformers_modules.someone.model"  # where transformers puts remote code
     assert last_positions(RemoteCode(), ids, 3) == 3
+    assert last_positions(model, ids, 0) == 0 and last_positions(model, ids, 7) == 7  # the int means these
 
 
 def test_decode_prefill_hands_the_head_a_contiguous_input(model):
@@ -110,3 +114,48 @@ def test_prompt_sharing_prefill_hands_the_head_a_contiguous_input(tiny_dir):
     prefill = [s for s in seen if s[0][0] == 2]  # the two distinct prompts' pass
     assert prefill and all(contiguous for _, contiguous in prefill), seen
     assert got is not None and got[0].shape == (4, 3)
+
+
+
+def test_ppo_loss_forward_hands_the_head_a_contiguous_input_with_gradients(model, tiny_dir):
+    from transformers import AutoModelForSequenceClassification
+
+    from rlft.methods.ppo_rollout import policy_and_value
+
+    value = AutoModelForSequenceClassification.from_pretrained(tiny_dir, num_labels=1)
+    value.config.pad_token_id = 0
+    ids = torch.randint(4, 60, (2, 9))
+    mask = torch.ones_like(ids)
+    position = torch.arange(9).expand(2, 9)
+    net = policy_and_value(model, value)
+    seen, handle = _watch_head(model)
+    try:
+        logits, values = net(ids, mask, position, 5)
+    finally:
+        handle.remove()
+    assert logits.requires_grad and logits.shape[:2] == (2, 5) and values.shape == (2, 9)
+    assert seen == [((2, 5, model.config.hidden_size), True)]
+    with torch.no_grad():
+        assert torch.allclose(logits, model(input_ids=ids, attention_mask=mask, position_ids=position).logits[:, -5:],
+                              atol=1e-6)
+
+
+def test_models_rlft_loads_give_the_head_a_contiguous_input_under_generate(tiny_dir):
+    import copy
+    import pickle
+
+    from rlft.models import contiguous_head, load_for_inference
+
+    model = load_for_inference(tiny_dir)
+    assert not contiguous_head(model)  # already there: load_model added it
+    seen, handle = _watch_head(model)  # registered after rlft's hook: sees what the head computes on
+    ids = torch.tensor([[0, 0, 10, 20, 30], [5, 6, 7, 8, 9]])
+    try:
+        with torch.no_grad():  # transformers' own generate: an int logits_to_keep, a strided slice
+            model.generate(input_ids=ids, attention_mask=ids.ne(0).long(), max_new_tokens=3, do_sample=False,
+                           pad_token_id=0)
+    finally:
+        handle.remove()
+    assert seen and all(contiguous for _, contiguous in seen), seen
+    pickle.dumps(model.get_output_embeddings())  # the hook is a module-level function: still picklable
+    copy.deepcopy(model)
