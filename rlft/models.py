@@ -383,10 +383,9 @@ def drop_fresh_ref_adapter(model) -> bool:
     weight must be a lora_A or an all-zero lora_B; anything else (a DoRA magnitude, embedding or token adapters,
     modules_to_save) keeps the copy. Returns whether it was deleted.
 
-    rlft calls it for DPO and KTO, whose runs log the same losses, rewards and log-probs either way
-    (tests/test_reference_adapter.py). GRPO with beta > 0 gave another KL from the second step on (0.0042 against
-    0.0030 with the copy, the same samples), though both references equal the base at the peft level: not yet
-    explained, so GRPO and RLOO keep TRL's copy."""
+    rlft calls it for DPO, KTO, GRPO and RLOO, whose runs log the same losses, rewards, KL and log-probs either way
+    (tests/test_reference_adapter.py; GRPO/RLOO's KL differed until their LoRA A matrices were drawn from the
+    run's seed: two runs then started from different adapters, with or without the copy)."""
     configs = getattr(model, "peft_config", None)
     if (not getattr(model, "_rlft_fresh_adapter", False) or not isinstance(configs, dict) or "ref" not in configs
             or "default" not in configs):

@@ -154,3 +154,31 @@ def test_choose_with_a_model_bases_its_advice_on_a_real_preflight(cli, tiny_dir,
     r = cli("choose", "--data", PROMPTS, "--model", sft_short, "--max-prompts", "16", "--json")
     advice = json.loads(r.out)
     assert advice["method"] == "grpo" and advice["ready"], advice["warnings"]
+
+
+def test_a_seeded_lora_grpo_run_repeats(cli, tmp_path, sft_short):
+    """GRPO loads its model before the trainer seeds itself (the pre-flight samples from it), and LoRA's A
+    matrices are drawn at that load: from train.seed, so two runs with one seed end with the same adapter (before,
+    A came from whatever state the process's RNG was in, and two such runs' step-1 gradients differed by more
+    than their size), and another seed gives another one."""
+    from safetensors.torch import load_file
+
+    def adapter(name: str, seed: int) -> dict:
+        out = tmp_path / name
+        r = cli("grpo", "--model", sft_short, "--lora", "--prompts", DATA / "arith/grpo_prompts.jsonl",
+                "--verifier", "math", "--max-steps", "1", "--batch-size", "8", "--num-generations", "4",
+                "--no-preflight", "--seed", str(seed), "-o", out, "--set", "grpo.max_completion_length=8",
+                "--set", "data.max_rows=32", "--set", "watch.auto_holdout=false")
+        assert r.code == 0, r.text
+        return load_file(out / "adapter_model.safetensors")
+
+    first, again, other = adapter("a", 1), adapter("b", 1), adapter("c", 2)
+    assert first.keys() == again.keys() and any("lora_A" in k for k in first)
+    assert all(torch_equal(first[k], again[k]) for k in first)
+    assert not all(torch_equal(first[k], other[k]) for k in first if "lora_A" in k)
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)

@@ -250,6 +250,11 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
 
     if main and (line := warning(cfg, len(train_rows))):
         console.print(f"[yellow]warning[/]: {line}", highlight=False, soft_wrap=True)
+    from transformers import set_seed
+
+    # GRPO and RLOO load their model here (their pre-flight samples from it), and LoRA's A matrices are drawn at
+    # that load: from train.seed, so a seeded run repeats (the trainer seeds again after this, as before)
+    set_seed(cfg.train.seed)
     prepared = prepare(cfg, train_rows, eval_rows, console)
     if prepared.tools is not None and watch.holdout is not None:  # a tool run's check plays whole episodes
         watch.holdout.tools = prepared.tools

@@ -142,6 +142,9 @@ def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_
     trainer = trainer_cls(model=prepared.model, reward_funcs=[prepared.reward_fn], args=args,
                           processing_class=prepared.tok, train_dataset=indexed(to_dataset(prepared.train_rows)),
                           **(tools.trainer_kwargs() if tools is not None else {}))
+    from rlft import models
+
+    models.drop_fresh_ref_adapter(trainer.model)  # beta > 0: a fresh adapter's reference is its base, no copy
     if tools is not None:  # rlft.tools: per-log counts of tool calls and bad calls into metrics.jsonl
         from rlft.episodes import watch_rendering
         from rlft.run import process_console
