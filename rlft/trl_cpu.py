@@ -100,20 +100,29 @@ M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 TRIM_THRESHOLD = 2**31 - 1
 
 
-def keep_freed_memory() -> bool:
-    """Keep freed heap memory in the process for reuse (see the module docstring); True where glibc took both
-    settings. Process-wide: call it once a run is known to sample and train on the CPU."""
+def _glibc_function(name: str):
+    """glibc's `name` (a ctypes function), or None off Linux, on another C library (musl and others have other
+    settings) or where the symbol is missing."""
     import ctypes
     import sys
 
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
         libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
+        function = getattr(libc, name)
     except (OSError, AttributeError):
-        return False
-    if not hasattr(libc, "gnu_get_libc_version"):  # glibc only: musl and others have other settings
+        return None
+    return function if hasattr(libc, "gnu_get_libc_version") else None
+
+
+def keep_freed_memory() -> bool:
+    """Keep freed heap memory in the process for reuse (see the module docstring); True where glibc took both
+    settings. Process-wide: call it once a run is known to sample and train on the CPU."""
+    import ctypes
+
+    mallopt = _glibc_function("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)) and bool(mallopt(M_MMAP_MAX, 0))
@@ -125,16 +134,9 @@ def release_freed_memory() -> bool:
     (`keep_freed_memory` keeps freed blocks for the next step): scripts/pipeline.py runs stages in its own
     process, and the demo's SFT stage left it holding 3.8 GB while its RL stages trained beside it."""
     import ctypes
-    import sys
 
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return False
-    if not hasattr(libc, "gnu_get_libc_version"):
+    trim = _glibc_function("malloc_trim")
+    if trim is None:
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)
