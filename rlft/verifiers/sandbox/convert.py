@@ -31,10 +31,11 @@ import collections
 import datetime
 import decimal
 import fractions
+import operator
 from typing import Any
 
-from rlft.verifiers.sandbox.cases import FIX_CALL, CallCase, Converted, ProgramCase, Refusal, Test, short
-from rlft.verifiers.sandbox.values import OPS, Refused, encode
+from rlft.verifiers.sandbox.cases import FIX_CALL, CallCase, Converted, JudgeCase, ProgramCase, Refusal, Test, short
+from rlft.verifiers.sandbox.values import JUDGES, OPS, Refused, encode
 
 MAX_TEST_CHARS = 1_000_000
 ITERATING = ("set", "frozenset", "sorted", "list", "tuple")  # wrappers the harness may materialize
@@ -98,30 +99,38 @@ def _add(out: Converted, number: int, source: str, cases: Any) -> None:
 
 
 def _python(text: str, split: bool) -> list[tuple[str, Any]]:
-    """(source, cases or _No) per test: each assert when `split`, else the whole text as one test."""
+    """(source, cases or _No) per test: each assert when `split`, else the whole text as one test. A test with a
+    HumanEval `check` that is more than asserts on literals is one JudgeCase (the whole text, as written)."""
     if len(text) > MAX_TEST_CHARS:
         return [(text, _No(f"the test is over {MAX_TEST_CHARS:,} characters", "shorter tests"))]
     try:
-        body = ast.parse(text).body
+        tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         why = f"not valid Python ({exc.msg}, line {exc.lineno})" if isinstance(exc, SyntaxError) else (
             f"not valid Python ({type(exc).__name__})")
         return [(text, _No(why, "valid Python"))]
+    body = tree.body
     lines = text.splitlines()
 
     def src(node: ast.AST) -> str:
         return "\n".join(lines[node.lineno - 1:node.end_lineno]).strip() if hasattr(node, "lineno") else text
 
+    ctx = _Context(body)
     try:
-        asserts, target = _asserts(body, src)
+        asserts, judged = _asserts(body, src, ctx)
     except _No as exc:
         return [(text, exc)]
+    if judged is not None:
+        try:
+            return [(text, [judge_case(tree, text, judged)])]
+        except _No as exc:
+            return [(text, exc)]
     if not asserts:
         return [(text, _No("has no assert, so it cannot fail", FIX_CALL))]
     found = []
-    for node in asserts:
+    for node, target in asserts:
         try:
-            found.append((src(node), [_assert(node.test, target)]))
+            found.append((src(node), [_assert(node.test, target, ctx)]))
         except _No as exc:
             found.append((src(node), exc))
         except (ValueError, TypeError, RecursionError, MemoryError, OverflowError, SyntaxError,
@@ -133,16 +142,42 @@ def _python(text: str, split: bool) -> list[tuple[str, Any]]:
     return [(text, bad if bad is not None else [c for _, cases in found for c in cases])]
 
 
-def _asserts(body: list[ast.stmt], src: Any) -> tuple[list[ast.Assert], dict[str, str]]:
-    """The asserts to convert and {'candidate': 'name'} for a HumanEval `check`; _No for any other statement."""
+class _Context:
+    """What the test's imports make of a name: `np` -> numpy, `isclose` -> math.isclose or numpy.isclose, ..."""
+
+    def __init__(self, body: list[ast.stmt]):
+        self.aliases: dict[str, str] = {}
+        for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for a in node.names:
+                    self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+
+    def qualified(self, func: ast.expr) -> str:
+        """The function a call names, as module.name where the imports say (or the usual meaning without one)."""
+        name = _dotted(func)
+        head, _, rest = name.partition(".")
+        if head in self.aliases:
+            full = self.aliases[head] + ("." + rest if rest else "")
+        else:
+            full = {"isclose": "math.isclose", "approx": "pytest.approx"}.get(name, name)
+        return full
+
+
+def _asserts(body: list[ast.stmt], src: Any, ctx: _Context) -> tuple[list[tuple[ast.Assert, dict]], str | None]:
+    """The asserts to convert, each with its own {'candidate': 'name'} (a HumanEval `check` binds `candidate` to
+    the function its call names); or, as the second item, the name of a `check` whose body needs the judge.
+    _No for any other statement, or a check called before it is defined (Python: NameError)."""
     defs = {n.name: n for n in body if isinstance(n, ast.FunctionDef)}
     calls = [n for n in body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
              and isinstance(n.value.func, ast.Name) and n.value.func.id in defs]
-    asserts: list[ast.Assert] = []
-    target: dict[str, str] = {}
+    asserts: list[tuple[ast.Assert, dict]] = []
+    defined: set[str] = set()
     for node in body:
         if isinstance(node, ast.Assert):
-            asserts.append(node)
+            asserts.append((node, {}))
         elif _ignorable(node):
             continue
         elif isinstance(node, ast.FunctionDef):
@@ -150,14 +185,28 @@ def _asserts(body: list[ast.stmt], src: Any) -> tuple[list[ast.Assert], dict[str
             if not called:
                 raise _No(f"defines `{node.name}` but never calls it, so its asserts would never run",
                           f"{FIX_CALL} at top level, or call {node.name}(<function>)")
+            defined.add(node.name)
             target = _check(node, called, src)
-            asserts.extend(n for n in node.body if isinstance(n, ast.Assert))
-        elif node not in calls:
+            if any(not (isinstance(n, ast.Assert) or _ignorable(n)) for n in node.body):
+                return [], node.name
+            inner = [n for n in node.body if isinstance(n, ast.Assert)]
+            try:
+                for n in inner:
+                    _assert(n.test, target, ctx)
+            except (_No, ValueError, TypeError, RecursionError, MemoryError, OverflowError, SyntaxError,
+                    decimal.InvalidOperation):
+                return [], node.name  # its asserts are not all literal cases: the judge runs it as written
+            asserts.extend((n, target) for n in inner)
+        elif node in calls:
+            if node.value.func.id not in defined:
+                raise _No(f"line {node.lineno} `{short(src(node), 40)}` calls `{node.value.func.id}` before it is "
+                          "defined: Python raises NameError there, so no code can pass", "define it, then call it")
+        else:
             raise _No(f"line {node.lineno} `{short(src(node), 40)}` is a statement, not an assert: setup carried "
                       "between statements cannot be judged without running the test beside the code",
                       f"{FIX_CALL} with the values written in")
-    asserts = [n for n in asserts if not (isinstance(n.test, ast.Constant) and n.test.value is True)]  # HumanEval
-    return asserts, target
+    asserts = [(n, t) for n, t in asserts if not (isinstance(n.test, ast.Constant) and n.test.value is True)]
+    return asserts, None
 
 
 def _ignorable(node: ast.stmt) -> bool:
@@ -182,40 +231,109 @@ def _check(fn: ast.FunctionDef, calls: list[ast.Expr], src: Any) -> dict[str, st
     call = calls[0].value
     if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Name):
         raise _No(f"`{short(src(calls[0]), 40)}` does not name the function under test", "check(<function name>)")
-    for node in fn.body:
-        if not (isinstance(node, ast.Assert) or _ignorable(node)):
-            raise _No(f"line {node.lineno} `{short(src(node), 40)}` in {fn.name} is not an assert: setup, loops "
-                      "and branches cannot be judged without running the test beside the code",
-                      f"{FIX_CALL} per case inside {fn.name}")
     return {a.args[0].arg: call.args[0].id}
 
 
-def _assert(test: ast.expr, target: dict[str, str]) -> CallCase:
+# ----------------------------------------------------------------------------- the judge's admission
+
+JUDGE_STATEMENTS = (ast.Assert, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.While, ast.If, ast.Expr,
+                    ast.Import, ast.ImportFrom, ast.Pass, ast.Break, ast.Continue, ast.Return, ast.FunctionDef)
+# names whose answer depends on more than the value (its type, identity, the namespace) or that reach outside
+JUDGE_NAMES = {"type", "isinstance", "issubclass", "id", "vars", "dir", "getattr", "setattr", "delattr", "hasattr",
+               "globals", "locals", "eval", "exec", "compile", "open", "__import__", "breakpoint", "input",
+               "memoryview", "super", "object", "help", "exit", "quit"}
+MAX_JUDGE_NAMES = 16
+
+
+def judge_case(tree: ast.Module, text: str, check: str) -> Any:
+    """The JudgeCase for a test whose `check` needs running as written, or _No where its meaning would depend on
+    more than the values the code returns (types, identity, exceptions caught, non-stdlib modules)."""
+    import builtins
+    import sys
+
+    bound: set[str] = set()
+    loaded: dict[str, ast.Name] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and not isinstance(node, JUDGE_STATEMENTS):
+            raise _No(f"line {node.lineno}: `{type(node).__name__}` in the test: try, with, raise, classes and "
+                      "the like depend on more than the values the code returns",
+                      f"{FIX_CALL}, or plain statements and asserts inside {check}")
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for m in mods:
+                if node.__dict__.get("level") or m.split(".")[0] not in sys.stdlib_module_names:
+                    raise _No(f"imports `{m}`, which is not in the standard library the sandbox holds",
+                              "only standard-library imports in the test")
+            bound.update((a.asname or a.name.split(".")[0]) for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            if isinstance(node, ast.FunctionDef):
+                bound.add(node.name)
+                if node.decorator_list:
+                    raise _No("a decorated function in the test")
+            args = node.args
+            bound.update(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+            bound.update(a.arg for a in (args.vararg, args.kwarg) if a is not None)
+        elif isinstance(node, ast.Name):
+            if isinstance(node.ctx, (ast.Store, ast.Del)):
+                bound.add(node.id)
+            else:
+                loaded.setdefault(node.id, node)
+                if node.id in JUDGE_NAMES:
+                    raise _No(f"the test uses `{node.id}`, whose answer depends on more than the value returned")
+        elif isinstance(node, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops):
+            sides = [node.left, *node.comparators]
+            if not any(isinstance(x, ast.Constant) and (x.value is None or x.value is True or x.value is False)
+                       for x in sides):
+                raise _No("`is` compares identity, which only None, True and False have across processes")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            raise _No(f"the test reads `.{node.attr}`, a private attribute")
+    names = sorted(n for n in loaded if n not in bound and not hasattr(builtins, n))
+    if len(names) > MAX_JUDGE_NAMES:
+        raise _No(f"the test uses {len(names)} names it does not define")
+    for node in ast.walk(tree):  # the code's functions are called or passed, never looked into
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names:
+            raise _No(f"the test reads `{node.value.id}.{node.attr}`: only calls of the code's functions cross "
+                      "the wall")
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == check):
+        param = fn.args.args[0].arg
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == param:
+                raise _No(f"the test reads `{param}.{node.attr}`: only calls of the function cross the wall")
+    return JudgeCase(text, tuple(names))
+
+
+def _assert(test: ast.expr, target: dict[str, str], ctx: _Context) -> CallCase:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _observed(test.operand, target, op="truth", expected=False)
-    if isinstance(test, ast.Call) and _dotted(test.func) in ("math.isclose", "isclose"):
-        return _isclose(test, target)
+    if isinstance(test, ast.Call):
+        name = ctx.qualified(test.func)
+        if name == "math.isclose":
+            return _isclose(test, target)
+        if name in ("numpy.isclose", "numpy.allclose"):
+            return _np_close(test, target, name)
     if isinstance(test, ast.Compare):
-        return _compare(test, target)
+        return _compare(test, target, ctx)
     return _observed(test, target, op="truth", expected=True)
 
 
-def _compare(test: ast.Compare, target: dict[str, str]) -> CallCase:
+def _compare(test: ast.Compare, target: dict[str, str], ctx: _Context) -> CallCase:
     if len(test.ops) != 1:
         raise _No("a chained comparison", f"{FIX_CALL}, one comparison per assert")
     left, op_node, right = test.left, test.ops[0], test.comparators[0]
     op = _OP_NAMES.get(type(op_node))
     if op is None:
         raise _No(f"the operator {type(op_node).__name__} is not one of {', '.join(OPS)}")
-    # abs(CALL - LIT) < TOL
-    if isinstance(left, ast.Call) and _dotted(left.func) == "abs" and op in ("<", "<=") and len(left.args) == 1 \
-            and isinstance(left.args[0], ast.BinOp) and isinstance(left.args[0].op, ast.Sub):
+    # abs(CALL - LIT) < TOL, as written (also TOL > abs(...))
+    if op in (">", ">=") and _is_abs_diff(right):
+        left, right, op = right, left, {">": "<", ">=": "<="}[op]
+    if op in ("<", "<=") and _is_abs_diff(left):
         diff = left.args[0]
         tol = _literal(right)
-        if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not tol >= 0:
+        if not isinstance(tol, (int, float)) or isinstance(tol, bool):
             raise _No("the tolerance of abs(... - ...) < tol is not a number")
-        call, lit = (diff.left, diff.right) if _is_call(diff.left) else (diff.right, diff.left)
-        return _observed(call, target, op="==", expected=_number(lit), tol=(0.0, float(tol)))
+        lit_first = not _is_call(diff.left)
+        call, lit = (diff.right, diff.left) if lit_first else (diff.left, diff.right)
+        return _observed(call, target, op="abs" + op, expected=_number(lit), extra=(tol, lit_first))
     if _is_call(left):
         observed, expected, first = left, right, True
     elif _is_call(right):
@@ -224,16 +342,22 @@ def _compare(test: ast.Compare, target: dict[str, str]) -> CallCase:
         raise _No("neither side is a call of the function under test with literal arguments")
     if _is_call(expected):
         raise _No("both sides call functions: the expected side must be a literal")
-    if isinstance(expected, ast.Call) and _dotted(expected.func) in ("pytest.approx", "approx"):
+    if isinstance(expected, ast.Call) and ctx.qualified(expected.func) == "pytest.approx":
         if op not in ("==", "!="):
             raise _No("pytest.approx outside == or !=")
-        value, tol = _approx(expected)
-        return _observed(observed, target, op=op, expected=value, tol=tol)
+        value, extra = _approx(expected)
+        return _observed(observed, target, op="approx" if op == "==" else "approx!=", expected=value, extra=extra)
     value = _literal(expected)
     if op in ("is", "is not") and not (value is None or value is True or value is False):
         raise _No("`is` compares identity, which only None, True and False have across processes",
                   "assert f(<literal args>) == <literal>")
     return _observed(observed, target, op=op, expected=value, first=first)
+
+
+def _is_abs_diff(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Call) and _dotted(node.func) == "abs" and len(node.args) == 1 and not node.keywords
+            and isinstance(node.args[0], ast.BinOp) and isinstance(node.args[0].op, ast.Sub)
+            and (_is_call(node.args[0].left) != _is_call(node.args[0].right)))
 
 
 def _isclose(test: ast.Call, target: dict[str, str]) -> CallCase:
@@ -244,26 +368,51 @@ def _isclose(test: ast.Call, target: dict[str, str]) -> CallCase:
     for kw in test.keywords:
         if kw.arg not in names:
             raise _No(f"math.isclose keyword {kw.arg} is not rel_tol or abs_tol")
-        tol[names[kw.arg]] = float(_number(kw.value))
+        tol[names[kw.arg]] = _number(kw.value)
     a, b = test.args
     call, lit = (a, b) if _is_call(a) else (b, a)
-    return _observed(call, target, op="==", expected=_number(lit), tol=(tol[0], tol[1]))
+    return _observed(call, target, op="isclose", expected=_number(lit, complex_ok=True), extra=(tol[0], tol[1]))
 
 
-def _approx(node: ast.Call) -> tuple[Any, tuple[float, float]]:
+def _np_close(test: ast.Call, target: dict[str, str], name: str) -> CallCase:
+    """numpy.isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False) / allclose: b is the reference."""
+    params = ["rtol", "atol", "equal_nan"]
+    given: dict[str, Any] = dict(zip(params, test.args[2:]))
+    if len(test.args) < 2 or len(test.args) > 5 or any(kw.arg not in params or kw.arg in given for kw in test.keywords):
+        raise _No(f"{name}(a, b[, rtol, atol, equal_nan]) with those keywords only")
+    given.update({kw.arg: kw.value for kw in test.keywords})
+    rtol = _number(given["rtol"]) if "rtol" in given else 1e-05
+    atol = _number(given["atol"]) if "atol" in given else 1e-08
+    equal_nan = _literal(given["equal_nan"]) if "equal_nan" in given else False
+    if not isinstance(equal_nan, bool):
+        raise _No("equal_nan must be True or False")
+    a, b = test.args[:2]
+    if _is_call(b) and not _is_call(a):
+        raise _No(f"{name} with the result as the reference (second) argument", f"{name}(f(<literal args>), <literal>)")
+    return _observed(a, target, op="np." + name.split(".")[1], expected=_literal(b), extra=(rtol, atol, equal_nan))
+
+
+def _approx(node: ast.Call) -> tuple[Any, tuple]:
     if len(node.args) != 1:
         raise _No("pytest.approx needs one value")
-    tol = list(APPROX)
+    extra: dict[str, Any] = {"rel": None, "abs": None, "nan_ok": False}
     for kw in node.keywords:
-        if kw.arg not in ("rel", "abs"):
-            raise _No(f"pytest.approx keyword {kw.arg} is not rel or abs")
-        tol[kw.arg == "abs"] = float(_number(kw.value))
-    return _literal(node.args[0]), (tol[0], tol[1])
+        if kw.arg not in extra:
+            raise _No(f"pytest.approx keyword {kw.arg} is not rel, abs or nan_ok")
+        extra[kw.arg] = _literal(kw.value) if kw.arg == "nan_ok" else _number(kw.value)
+    value = _literal(node.args[0])
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    if any(isinstance(x, (list, tuple, dict, set, frozenset)) for x in items):
+        raise _No("pytest.approx of nested containers (pytest raises TypeError)")
+    if isinstance(value, (set, frozenset)):
+        raise _No("pytest.approx of a set (pytest raises TypeError)")
+    return value, (extra["rel"], extra["abs"], bool(extra["nan_ok"]))
 
 
-def _number(node: ast.expr) -> Any:
+def _number(node: ast.expr, complex_ok: bool = False) -> Any:
     value = _literal(node)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    kinds = (int, float, complex) if complex_ok else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
         raise _No("a tolerance compares numbers: this side is not a number")
     return value
 
@@ -279,7 +428,7 @@ def _is_call(node: ast.expr) -> bool:
 
 
 def _observed(node: ast.expr, target: dict[str, str], op: str, expected: Any, first: bool = True,
-              tol: tuple[float, float] | None = None) -> CallCase:
+              tol: tuple[float, float] | None = None, extra: tuple = ()) -> CallCase:
     wrappers: list = []
     while isinstance(node, ast.Call) and _dotted(node.func) in (*ITERATING, "round") and node.args:
         name = _dotted(node.func)
@@ -305,7 +454,7 @@ def _observed(node: ast.expr, target: dict[str, str], op: str, expected: Any, fi
         if kw.arg is None:
             raise _No("**kwargs in the call")
         kwargs[kw.arg] = _literal(kw.value, in_call=True)
-    return CallCase(name, args, kwargs, op, expected, first, tuple(reversed(wrappers)), tol)
+    return CallCase(name, args, kwargs, op, expected, first, tuple(reversed(wrappers)), tol, extra=extra)
 
 
 def _unparse(node: ast.AST) -> str:
@@ -323,8 +472,30 @@ def _dotted(node: ast.expr) -> str:
     return ""
 
 
+MAX_FOLD_BITS = 1 << 16  # an int folded from literal arithmetic (2 ** 65536 is 19,729 digits)
+MAX_FOLD_ITEMS = 100_000  # a str, bytes, list or tuple folded from + or *
+_FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+         ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.LShift: operator.lshift,
+         ast.RShift: operator.rshift, ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_}
+
+
 def _literal(node: ast.expr, in_call: bool = False) -> Any:
-    """A literal value: ast.literal_eval, plus containers of literals and the constructor table."""
+    """A literal value: constants, containers of literals, the constructor table, and arithmetic on literals
+    folded as Python would (`2.0 / 3.0`, `3 * 19`, `0 ** 0`, `'a' + 'b'`) within size caps."""
+    if isinstance(node, ast.Constant):
+        if node.value is Ellipsis:
+            raise _No("`...` is not a value to compare")
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            raise _No("* inside a literal")
+        items = [_literal(e, in_call) for e in node.elts]
+        return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
+    if isinstance(node, ast.Dict):
+        if None in node.keys:
+            raise _No("** inside a dict literal")
+        return {_literal(k, in_call): _literal(v, in_call) for k, v in zip(node.keys, node.values)}
     if isinstance(node, ast.Call):
         name = _dotted(node.func)
         make = _CONSTRUCTORS.get(name)
@@ -332,21 +503,47 @@ def _literal(node: ast.expr, in_call: bool = False) -> Any:
             where = "an argument" if in_call else "the expected side"
             raise _No(f"{where} `{short(_unparse(node), 40)}` is not a literal: it would have to run beside the code")
         return make(*(_literal(a) for a in node.args), **{kw.arg: _literal(kw.value) for kw in node.keywords})
-    calls = isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)) and any(
-        isinstance(n, ast.Call) for n in ast.walk(node))
-    if calls and isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        items = [_literal(e) for e in node.elts]
-        return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
-    if calls and isinstance(node, ast.Dict):
-        if None in node.keys:
-            raise _No("** inside a dict literal")
-        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.BinOp) and type(node.op) in _FOLD:
+        return _fold(node.op, _literal(node.left, in_call), _literal(node.right, in_call))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        value = _literal(node.operand, in_call)
+        if not isinstance(value, (int, float, complex)) and not isinstance(node.op, ast.Not):
+            raise _No("a unary operator on something other than a number")
+        return _UNARY[type(node.op)](value)
+    where = "an argument" if in_call else "the expected side"
+    raise _No(f"{where} `{short(_unparse(node), 40)}` is not a literal: it would have to run beside the code")
+
+
+def _fold(op: ast.operator, a: Any, b: Any) -> Any:
+    """`a OP b` on literal values, refused where the result would be huge or Python would raise."""
+    number = (int, float, complex)
+    seq = (str, bytes, list, tuple)
+    if isinstance(a, number) and isinstance(b, number):
+        if isinstance(a, int) and isinstance(b, int):
+            bits = max(a.bit_length(), b.bit_length(), 1)
+            if isinstance(op, ast.Pow) and b > 0 and bits * b > MAX_FOLD_BITS:
+                raise _No("literal arithmetic with a result over 65,536 bits")
+            if isinstance(op, ast.LShift) and b > MAX_FOLD_BITS:
+                raise _No("literal arithmetic with a result over 65,536 bits")
+            if isinstance(op, ast.Mult) and a.bit_length() + b.bit_length() > MAX_FOLD_BITS:
+                raise _No("literal arithmetic with a result over 65,536 bits")
+        elif isinstance(op, (ast.LShift, ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor)):
+            raise _No("a bit operator on something other than ints")
+        elif isinstance(op, ast.Pow) and isinstance(b, int) and abs(b) > MAX_FOLD_BITS and isinstance(a, complex):
+            raise _No("literal arithmetic too large to fold")
+    elif isinstance(op, ast.Add) and isinstance(a, seq) and type(a) is type(b):
+        if len(a) + len(b) > MAX_FOLD_ITEMS:
+            raise _No("literal concatenation over 100,000 items")
+    elif isinstance(op, ast.Mult) and (isinstance(a, seq) and type(b) is int or isinstance(b, seq) and type(a) is int):
+        n, s = (b, a) if isinstance(a, seq) else (a, b)
+        if len(s) * max(n, 0) > MAX_FOLD_ITEMS:
+            raise _No("literal repetition over 100,000 items")
+    else:
+        raise _No(f"literal arithmetic `{type(op).__name__}` on {type(a).__name__} and {type(b).__name__}")
     try:
-        return ast.literal_eval(node)
-    except ValueError as exc:
-        where = "an argument" if in_call else "the expected side"
-        raise _No(f"{where} `{short(_unparse(node), 40)}` is not a literal: it would have to run beside the "
-                  "code") from exc
+        return _FOLD[type(op)](a, b)
+    except (ArithmeticError, ValueError, TypeError) as exc:
+        raise _No(f"the literal arithmetic raises {type(exc).__name__} in Python, so no code can pass") from exc
 
 
 def _float(x: Any) -> float:
@@ -419,15 +616,18 @@ def _io_columns(d: dict) -> list[tuple[str, Any]]:
             if len(d[ins]) != len(d[outs]) or not d[ins]:
                 return [(short(str(d)), _No(f"{ins} and {outs} differ in length or are empty",
                                             "one output per input"))]
-            return [(short(f"stdin {i!r} -> {o!r}"), _program(i, o)) for i, o in zip(d[ins], d[outs])]
+            rule = d.get("judge", "lines")
+            return [(short(f"stdin {i!r} -> {o!r}"), _program(i, o, rule)) for i, o in zip(d[ins], d[outs])]
     return [(short(str(d)), _No("an object of tests needs lists under inputs/outputs (or input/output)",
                                 '{"inputs": ["1 2\\n"], "outputs": ["3\\n"]}'))]
 
 
-def _program(stdin: Any, stdout: Any) -> Any:
+def _program(stdin: Any, stdout: Any, rule: Any = "lines") -> Any:
     if not (isinstance(stdin, str) and isinstance(stdout, str)):
         return _No("program input and output must be strings", '{"input": "1 2\\n", "output": "3\\n"}')
-    return [ProgramCase(stdin, stdout)]
+    if rule not in JUDGES:
+        return _No(f"judge {short(str(rule), 20)} is not one of {', '.join(JUDGES)}", '"judge": "livecodebench"')
+    return [ProgramCase(stdin, stdout, rule)]
 
 
 def _dict_case(d: dict) -> Any:
@@ -447,8 +647,9 @@ def _dict_case(d: dict) -> Any:
     if d.get("testtype", "stdin") != "stdin":
         return _No(f"testtype {short(str(d.get('testtype')), 20)} tests need the harness of their benchmark",
                    '{"input": "...", "output": "..."} for stdin tests, or {"fn": ..., "args": ..., "expected": ...}')
+    rule = d.get("judge", "livecodebench" if "testtype" in d else "lines")  # LiveCodeBench's rows name their testtype
     for ins, outs in (("input", "output"), ("stdin", "stdout")):
         if ins in d and outs in d:
-            return _program(d[ins], d[outs])
+            return _program(d[ins], d[outs], rule)
     return _No("an object test needs input/output, stdin/stdout or fn/args/expected",
                '{"input": "1 2\\n", "output": "3\\n"}')

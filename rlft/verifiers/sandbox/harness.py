@@ -1,15 +1,26 @@
 """The harness: the few lines that run inside each sandboxed process, shipped as source text (`-c`).
 
-It reads one job on stdin (the parent's `ascii()` of a dict of plain values, read before any untrusted
-code runs), sets the rlimits, runs the code and reports, in one of three modes:
-  call    run the code, call the case's function with its arguments (decoded from the tagged format of
+It reads one job on stdin (one line: the parent's `ascii()` of a dict of plain values, read before any
+untrusted code runs), sets the rlimits, runs the code and reports, in one of four modes:
+  call    run the code in a fresh module (`__name__` is `__solution__`, not `__main__`: a self-test block
+          under `if __name__ == "__main__":` does not run, as in HumanEval's and MBPP's harnesses), call
+          the case's function with its arguments (decoded from the tagged format of
           `rlft.verifiers.sandbox.values`), write one JSON line with the result's encoding to a private
           copy of fd 1 (the code's own prints go to stderr), exit 0. The process never sees an expected
-          value and never reports a verdict: its report is its output, and the parent compares.
-  stdin   run the code as `__main__` with the case's input on fd 0 (a file in the work dir, unlinked);
-          its stdout is the output the parent compares.
+          value and never reports a verdict: its report is its output, and the parent compares. With a
+          `probe` it reports one bit instead of the value: `bool(result)` for `assert f(x)` (the
+          truthiness Python's assert uses, of any object), or `result is None/True/False`; one bit the
+          code could also produce by returning True. With `echo` it also reports the arguments after the
+          call (a judge's test may look at what the function did to a list it was given).
+  stdin   run the code as `__main__` (programs run their main block) with the case's input on fd 0 (a file
+          in the work dir, unlinked); its stdout is the output the parent compares.
+  judge   run a test (no model code here) with each name in `proxies` bound to a stub that sends the
+          call's arguments to the parent (a JSON line on the private fd) and reads back the value the code
+          returned, in a fresh sandbox, or the builtin exception type it raised; exit 0 when the test
+          raised nothing. The parent takes the exit status as the verdict (the process held no model code).
   whole   (forgeable mode) run the code, then the test, in one scope; exit 0 when neither raised. The
           parent takes the exit status as the verdict, which the code can forge (`os._exit(0)`).
+`exit()` and `quit()` are defined (raise SystemExit, as `site` would make them; `-S` skips site).
 Values are encoded with the built-in types' own methods (`int.__format__`, `list.__iter__`, ...), so a
 subclass's overridden `__eq__`, `__repr__` or `__iter__` is never called when encoding, and an object that
 is not plain data has no encoding at all. None of this is trusted by the parent: whatever the process
@@ -34,8 +45,19 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
     import resource
     import sys
 
+    def read_line(fd):  # os-level: nothing past the line is buffered away from a judge's later replies
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if chunk.endswith(b"\n"):
+                break
+        return b"".join(chunks)
+
     # ascii() of plain data, evaluated with no builtins: json (and re) would cost ~90 ms per process here.
-    job = eval(sys.stdin.buffer.read().decode("ascii"), {"__builtins__": {}})  # noqa: S307
+    job = eval(read_line(0).decode("ascii"), {"__builtins__": {}})  # noqa: S307
     mode = job["mode"]
     if mode == "stdin":  # the case's input: a file in the (tmpfs) work dir, unlinked once open
         fd = os.open(".rlft-stdin", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -44,6 +66,8 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
             data = data[os.write(fd, data):]
         os.lseek(fd, 0, 0)
         os.unlink(".rlft-stdin")
+    elif mode == "judge":
+        fd = os.dup(0)  # the parent's replies arrive on stdin
     else:
         fd = os.open("/dev/null", os.O_RDONLY)
     os.dup2(fd, 0)
@@ -63,7 +87,18 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
     sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115 - fd 0 now holds the input
     write, exit_, type_, list_, str_, len_ = os.write, os._exit, type, list, str, len
     exc_types = (BaseException,)
-    scope = sys.modules["__main__"].__dict__  # the code's functions pickle (multiprocessing) as __main__.f
+    import builtins
+
+    def quitter(code=None):
+        raise SystemExit(code)
+
+    builtins.exit = builtins.quit = quitter
+    if mode == "stdin":
+        scope = sys.modules["__main__"].__dict__
+    else:  # a fresh module, registered so that its functions pickle (multiprocessing) as __solution__.f
+        module = type_(sys)("__solution__")
+        sys.modules["__solution__"] = module
+        scope = module.__dict__
 
     def describe(exc):
         try:
@@ -75,7 +110,7 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
     def run(src, name):
         exec(compile(src, name, "exec"), scope)
 
-    if mode != "call":
+    if mode == "stdin" or mode == "whole":
         status = 0
         try:
             run(job["code"], "<solution>")
@@ -93,9 +128,14 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
         exit_(status)
 
     hex_of = int.__format__  # hex: no 4,300-digit limit (sys.set_int_max_str_digits) on power-of-2 bases
+    def view_hex(v):  # a memoryview of bytes equals those bytes; of anything else it is not plain data
+        if memoryview.__dict__["format"].__get__(v) != "B" or memoryview.__dict__["ndim"].__get__(v) != 1:
+            raise TypeError("a memoryview of other than bytes")
+        return memoryview.tobytes(v).hex()
+
     scalars = ((bool, None), (int, lambda v: hex_of(v, "x")), (float, float.__repr__), (complex, complex.__repr__),
-               (bytes, bytes.hex), (bytearray, bytearray.hex))
-    tags = {int: "i", float: "f", complex: "c", bytes: "y", bytearray: "y"}
+               (bytes, bytes.hex), (bytearray, bytearray.hex), (memoryview, view_hex))
+    tags = {int: "i", float: "f", complex: "c", bytes: "y", bytearray: "y", memoryview: "y"}
     containers = ((list, "l", list.__iter__), (tuple, "t", tuple.__iter__), (set, "S", set.__iter__),
                   (frozenset, "F", frozenset.__iter__), (type_({}.keys()), "S", iter),
                   (type_({}.items()), "S", iter))
@@ -211,7 +251,52 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
             return bytes.fromhex(enc[1]).decode("utf-8", "surrogatepass")
         return {"i": lambda x: int(x, 16), "f": float, "c": complex, "s": str, "y": bytes.fromhex}[tag](enc[1])
 
+    if mode == "judge":
+        def fail(kind, text):
+            cls = getattr(builtins, kind, None)
+            if not (isinstance(cls, type_) and issubclass(cls, Exception)):
+                cls = RuntimeError
+            return cls(text)
+
+        def restore(orig, new):  # what the function did to a list, dict or set it was given
+            if type_(orig) is list_ and type_(new) is list_:
+                orig[:] = new
+            elif type_(orig) in (dict, set) and type_(new) is type_(orig):
+                orig.clear()
+                orig.update(new)
+
+        def proxy(name):
+            def call(*args, **kwargs):
+                try:
+                    request = dumps(["call", name, encode(list_(args)), encode(kwargs)]) + "\n"
+                except exc_types as exc:
+                    raise TypeError(f"{name}() of a value that is not plain data: {describe(exc)}") from None
+                write(out, request.encode("ascii"))
+                reply = eval(read_line(0).decode("ascii"), {"__builtins__": {}})  # noqa: S307 - the parent's
+                if reply[0] != "ok":
+                    raise fail(reply[1], reply[2])
+                if reply[2] is not None:
+                    for a, b in zip(args, decode(reply[2])):
+                        restore(a, b)
+                    for k, b in decode(reply[3]).items():
+                        restore(kwargs.get(k), b)
+                return decode(reply[1])
+            call.__name__ = call.__qualname__ = name
+            return call
+
+        for name in job["proxies"]:
+            scope[name] = proxy(name)
+        test = job["test"]
+        del job
+        try:
+            run(test, "<test>")
+        except exc_types as exc:
+            write(2, ("\n" + describe(exc) + "\n").encode("utf-8", "replace"))
+            exit_(1)
+        exit_(0)
+
     args, kwargs, name, materialize = decode(job["args"]), decode(job["kwargs"]), job["fn"], job["materialize"]
+    probe, echo = job.get("probe"), job.get("echo")
     code = job["code"]
     del job
     try:
@@ -225,6 +310,12 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
         value = fn(*args, **kwargs)
     except exc_types as exc:
         report(["raised", describe(exc)])
+    if probe is not None:
+        try:
+            bit = bool(value) if probe == "truth" else value is decode(probe)
+        except exc_types as exc:
+            report(["raised", describe(exc)])
+        report(["ok", ["b", bit is True]])
     try:
         enc = encode(value)
     except exc_types as exc:
@@ -239,4 +330,10 @@ def _child() -> None:  # pragma: no cover - runs inside the sandbox process, shi
             enc = encode(items)
         except exc_types as exc2:
             report(["error", "the result is not plain data: " + describe(exc2)])
+    if echo:
+        try:
+            after = [encode(list_(args)), encode(kwargs)]
+        except exc_types:
+            after = [["n"], ["n"]]
+        report(["echo", [enc, *after]])
     report(["ok", enc])

@@ -10,11 +10,13 @@ Each sandboxed process is `bwrap ... python -I -S -B -c <harness>` with
   namespace, a minimal /dev, and a writable tmpfs work dir /work (also HOME and TMPDIR) capped at
   `Limits.disk_mb`, plus a small /dev/shm.
   No /etc, /home, /root (beyond the interpreter's own path), /tmp of the host, site-packages, or rlft;
-- uid/gid 65534 (`nobody`; as root, concurrent processes take 65534 ... 65527, `UID_SLOTS`) with no
+- an unprivileged uid/gid: as root, each worker slot's own, allocated to this process under a lock
+  (`rlft.verifiers.sandbox.uids`: no two rlft processes share one, `UID_SLOTS` per process); not as
+  root, 65534 (`nobody`) in a user namespace; with no
   capabilities (effective, permitted, inheritable, ambient and bounding sets empty) and no_new_privs.
   As root, bwrap sets up the namespaces without a user namespace and
-  util-linux's `setpriv` switches to 65534 before the interpreter starts, so 65534 is the real uid on the
-  host too (a user namespace would map it back to host root). Not as root, bwrap's `--unshare-user`
+  util-linux's `setpriv` switches to the slot's uid before the interpreter starts, so that is the real uid
+  on the host too (a user namespace would map it back to host root). Not as root, bwrap's `--unshare-user`
   maps the caller's own uid to 65534;
 - an empty environment except PATH, HOME, TMPDIR and LC_CTYPE;
 - on x86_64, a seccomp filter (`rlft.verifiers.sandbox.seccomp`): kernel attack surface, SysV IPC,
@@ -46,12 +48,13 @@ from rlft.verifiers.sandbox import cgroup, seccomp
 
 ENV_VAR = "RLFT_CODE_ISOLATION"
 SANDBOX_UID = 65534  # nobody
-UID_SLOTS = 8  # as root, concurrent processes run as 65534, 65533, ... 65527: RLIMIT_NPROC counts per uid on the
-# host, so one sandbox's fork bomb must not use up the processes (threads) of the others running beside it
+UID_SLOTS = 8  # as root, concurrent sandboxes run as this process's slot uids (`uids`): RLIMIT_NPROC counts per uid on
+# the host, so one sandbox's fork bomb must not use up the processes (threads) of the others running beside it
 WORK = "/work"
 INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap)"
 _SYSTEM_LIB_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib")
-_ENV = {"PATH": "/usr/bin:/bin", "HOME": WORK, "TMPDIR": WORK, "LC_CTYPE": "C.UTF-8"}
+_ENV = {"PATH": "/usr/bin:/bin", "HOME": WORK, "TMPDIR": WORK, "LC_CTYPE": "C.UTF-8",
+        "MALLOC_ARENA_MAX": "2"}  # glibc reserves 64 MB of address space per arena, one per thread up to 8 x cores
 
 
 def mode() -> str:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rlft.verifiers.sandbox import harness, isolation, spawner
+from rlft.verifiers.sandbox import harness, isolation, spawner, uids
 
 REPORT_LIMIT = 16 << 20  # bytes of report or stdout ever read, whatever the expected value
 STDERR_LIMIT = 4096  # bytes of stderr kept, for the error message
@@ -50,10 +50,15 @@ class Outcome:
         return rc - 128 if 128 < rc < 160 else 0  # bwrap exits 128 + N when its child dies of signal N
 
 
-def _rlimits(limits: Limits) -> dict[str, list[int]]:
+def _rlimits(limits: Limits, in_cgroup: bool) -> dict[str, list[int]]:
+    """Per process. Address space: the sandbox's memory where no cgroup holds it (then the process is the
+    sandbox); inside a cgroup, which counts the memory really used, only a backstop of 4x, so reserved but
+    unused address space (8 MB of stack and, with MALLOC_ARENA_MAX=2, at most 2 x 64 MB of arenas per
+    process) never stops honest threads."""
     mb = 1024 * 1024
+    space = limits.memory_mb * (4 if in_cgroup else 1)
     return {"RLIMIT_CPU": [limits.cpu_seconds, limits.cpu_seconds + 1],  # soft: SIGXCPU, hard: SIGKILL
-            "RLIMIT_AS": [limits.memory_mb * mb] * 2, "RLIMIT_FSIZE": [limits.file_mb * mb] * 2,
+            "RLIMIT_AS": [space * mb] * 2, "RLIMIT_FSIZE": [limits.file_mb * mb] * 2,
             "RLIMIT_NPROC": [limits.nproc] * 2, "RLIMIT_NOFILE": [limits.nofile] * 2, "RLIMIT_CORE": [0, 0]}
 
 
@@ -61,8 +66,7 @@ def spawn(chosen: str, limits: Limits, job: dict, cap: int) -> Outcome:
     """One sandboxed process; any failure of the machinery is an outcome with an error, never a raise."""
     started = time.monotonic()
     try:
-        data = ascii({**job, "rlimits": _rlimits(limits)}).encode("ascii")
-        return _run_process(chosen, limits, data, cap, started)
+        return _run_process(chosen, limits, job, cap, started)
     except Exception as exc:  # noqa: BLE001 - one case's failure must not end the batch
         return Outcome(b"", False, None, False, f"sandbox failed: {type(exc).__name__}: {exc}".encode(),
                         time.monotonic() - started)
@@ -97,13 +101,23 @@ def current_slot() -> int:
     return _SLOTS.slot.n
 
 
-def _run_process(chosen: str, limits: Limits, job: bytes, cap: int, started: float) -> Outcome:
+def job_line(job: dict, limits: Limits, in_cgroup: bool) -> bytes:
+    """The job as the harness reads it: one line of ascii()."""
+    return ascii({**job, "rlimits": _rlimits(limits, in_cgroup)}).encode("ascii") + b"\n"
+
+
+def sandbox_uid(slot: int) -> int:
+    """The uid a sandbox of this slot runs as: as root, one this process holds the lock of (`uids`)."""
+    return uids.uid_for(slot) if os.geteuid() == 0 else isolation.SANDBOX_UID
+
+
+def _run_process(chosen: str, limits: Limits, job_: dict, cap: int, started: float) -> Outcome:
     slot = current_slot()
     h = spawner.helper(slot, limits.memory_mb, limits.nproc) if chosen == "bwrap" else None
     if h is not None:
-        return _run_spawned(h, slot, limits, job, cap, started)
-    argv, work, env, fds = isolation.command(chosen, limits.disk_mb, harness.child_source(),
-                                             isolation.SANDBOX_UID - slot)
+        return _run_spawned(h, slot, limits, job_line(job_, limits, True), cap, started)
+    job = job_line(job_, limits, False)
+    argv, work, env, fds = isolation.command(chosen, limits.disk_mb, harness.child_source(), sandbox_uid(slot))
     try:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -152,8 +166,7 @@ _TOKENS = iter(range(1, 1 << 62))
 
 
 def _start(h: spawner.Helper, slot: int, limits: Limits) -> _Started:
-    argv, _, env, fds = isolation.command("bwrap", limits.disk_mb, harness.child_source(),
-                                          isolation.SANDBOX_UID - slot, True, 3)
+    argv, _, env, fds = isolation.command("bwrap", limits.disk_mb, harness.child_source(), sandbox_uid(slot), True, 3)
     pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, bwrap's status
     at = argv.index("--seccomp") if "--seccomp" in argv else 1
     argv = [*argv[:at], "--json-status-fd", str(3 + len(fds)), *argv[at:]]

@@ -17,7 +17,14 @@ outside it:
    `values`) or its stdout; the parent compares with one fixed equality. The expected value never enters
    the process, and the process never reports a verdict, so the only way to pass is to produce the
    expected output: forging a report is as hard as solving the case. Each case runs in a process of its
-   own. Tests that cannot be put in these shapes are refused before training by the gold check.
+   own. A HumanEval `check` with setup, loops or random inputs runs as written in a judge sandbox that
+   holds no model code (`cases.JudgeCase`): each call of the code's functions crosses to a fresh code
+   sandbox as data, and the judge's exit status is the verdict. Tests that cannot be put in these
+   shapes are refused before training by the gold check.
+   Cases that cannot see each other: two cases with the same tests (one row, or the completions of one
+   GRPO group) never run at the same time (`_pool`), and seccomp refuses the channels through the files
+   all sandboxes share (locks, inotify, page-cache probes); each sandbox has its own /dev/shm, /work,
+   IPC and network namespace (abstract unix sockets are per network namespace).
 3. The forgeable mode (`run_forgeable`, opt-in): code and test run in one sandboxed process and the exit
    status is the verdict. Layer 1 holds (the host is safe), layer 2 does not: the code can exit 0 without
    passing. Every result of this mode is marked `forgeable`.
@@ -42,15 +49,20 @@ import os
 import signal
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from rlft.verifiers.sandbox import convert as convert_
 from rlft.verifiers.sandbox import isolation, processes
 from rlft.verifiers.sandbox import values as values_
-from rlft.verifiers.sandbox.cases import CallCase, ProgramCase, Test, explain, short
-from rlft.verifiers.sandbox.processes import REPORT_LIMIT, Limits, Outcome
+import queue
+import subprocess
+import threading
+from collections import deque
+
+from rlft.verifiers.sandbox import harness
+from rlft.verifiers.sandbox.cases import CallCase, JudgeCase, ProgramCase, Test, explain, short
+from rlft.verifiers.sandbox.processes import REPORT_LIMIT, STDERR_LIMIT, Limits, Outcome
 
 REPORT_FLOOR = 64 * 1024  # bytes of report or stdout always accepted; more only when the expected value is big
 REPORT_FACTOR = 8  # x the expected value's own encoded size
@@ -103,7 +115,9 @@ def run_cases(jobs: Sequence[tuple[str, Sequence[Test]]], limits: Limits = Limit
     chosen = isolation.require()
     tasks = [(j, k, case, _job(code, case)) for j, (code, tests) in enumerate(jobs)
              for k, test in enumerate(tests) for case in test.cases]  # cases from `convert` always encode
-    verdicts = _pool(chosen, limits, workers, [(t[3], _cap(t[2])) for t in tasks], [t[2] for t in tasks])
+    keys = {j: _row_key(tests) for j, (_, tests) in enumerate(jobs)}
+    verdicts = _pool(chosen, limits, workers, [(t[3], _cap(t[2])) for t in tasks], [t[2] for t in tasks],
+                     [keys[t[0]] for t in tasks])
     by_job: dict[int, dict[int, list]] = {}
     for (j, k, _, _), v in zip(tasks, verdicts):
         by_job.setdefault(j, {}).setdefault(k, []).append(v)
@@ -130,18 +144,38 @@ def run_forgeable(jobs: Sequence[tuple[str, Sequence[str]]], limits: Limits = Li
 # ----------------------------------------------------------------------------- verdicts
 
 
+def _row_key(tests: Sequence[Test]) -> Any:
+    """Cases with equal keys never run at the same time: the row's tests, whichever completion is judged."""
+    return tuple(t.source for t in tests)
+
+
 def _job(code: str, case: Any) -> dict:
     if isinstance(case, ProgramCase):
         return {"mode": "stdin", "code": code, "input": case.stdin}
-    return {"mode": "call", "code": code, "fn": case.fn, "args": values_.encode(list(case.args)),
-            "kwargs": values_.encode(case.kwargs),
-            "materialize": any(w[0] in convert_.ITERATING for w in case.wrappers)}
+    if isinstance(case, JudgeCase):
+        return {"mode": "judge", "code": code}  # the parent's: the judge itself never gets the code
+    job = {"mode": "call", "code": code, "fn": case.fn, "args": values_.encode(list(case.args)),
+           "kwargs": values_.encode(case.kwargs),
+           "materialize": any(w[0] in convert_.ITERATING for w in case.wrappers)}
+    if not case.wrappers and case.op == "truth":
+        job["probe"] = "truth"
+    elif not case.wrappers and _is_probe(case):
+        job["probe"] = values_.encode(case.expected)
+    return job
+
+
+def _is_probe(case: CallCase) -> bool:
+    """`is` / `is not` None, True or False: the sandbox answers the identity itself, as one bit."""
+    return case.op in ("is", "is not") and not case.wrappers and (
+        case.expected is None or case.expected is True or case.expected is False)
 
 
 def _cap(case: Any) -> int:
     """Bytes of report (or stdout) read for this case: a few times what the expected value takes."""
     if isinstance(case, ProgramCase):
         size = len(case.stdout.encode("utf-8", "surrogatepass"))
+    elif isinstance(case, JudgeCase):
+        size = 0
     else:
         try:
             size = len(json.dumps(values_.encode(case.expected)))
@@ -150,24 +184,177 @@ def _cap(case: Any) -> int:
     return min(REPORT_LIMIT, max(REPORT_FLOOR, REPORT_FACTOR * size))
 
 
-def _pool(chosen: str, limits: Limits, workers: int | None, jobs: list[tuple[dict, int]], cases: list) -> list:
-    """(passed, why not, timed out, elapsed) per job; never raises."""
+def _pool(chosen: str, limits: Limits, workers: int | None, jobs: list[tuple[dict, int]], cases: list,
+          keys: list | None = None) -> list:
+    """(passed, why not, timed out, elapsed) per job; never raises. Jobs with equal `keys` run one at a time."""
     if not jobs:
         return []
     workers = workers or max(1, min(8, os.cpu_count() or 1))
+    keys = keys if keys is not None else list(range(len(jobs)))
 
     def one(item: tuple[tuple[dict, int], Any]) -> tuple[bool, str, bool, float]:
         (job, cap), case = item
         started = time.monotonic()
         try:
+            if isinstance(case, JudgeCase):
+                return _run_judge(chosen, limits, job["code"], case)
             outcome = processes.spawn(chosen, limits, job, cap)
             ok, why = _judge(case, outcome, limits)
             return ok, why, outcome.timed_out, outcome.elapsed
         except Exception as exc:  # noqa: BLE001 - one case's failure must never end the batch
             return False, f"{type(exc).__name__}: {short(str(exc), 200)}", False, time.monotonic() - started
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, zip(jobs, cases)))
+    results: list = [None] * len(jobs)
+    pending = deque(range(len(jobs)))
+    running: set = set()
+    cond = threading.Condition()
+
+    def worker() -> None:
+        while True:
+            with cond:
+                while True:
+                    if not pending:
+                        return
+                    i = next((i for i in pending if keys[i] not in running), None)
+                    if i is not None:
+                        break
+                    cond.wait()
+                pending.remove(i)
+                running.add(keys[i])
+            try:
+                results[i] = one((jobs[i], cases[i]))
+            finally:
+                with cond:
+                    running.discard(keys[i])
+                    cond.notify_all()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(workers, len(jobs)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+# ----------------------------------------------------------------------------- the judge
+
+
+MAX_JUDGE_CALLS = 2000  # calls of the code's functions by one test
+JUDGE_TOTAL_S = 300.0  # wall clock of one judged test, its calls included
+CALL_CAP = 1 << 20  # bytes of one call's report (no expected value to size it by)
+
+
+def _run_judge(chosen: str, limits: Limits, code: str, case: JudgeCase) -> tuple[bool, str, bool, float]:
+    """Run the test in a judge sandbox (no model code); each call it makes runs the code in a fresh sandbox."""
+    started = time.monotonic()
+    line = processes.job_line({"mode": "judge", "test": case.test, "proxies": list(case.names)}, limits, False)
+    argv, work, env, fds = isolation.command(chosen, limits.disk_mb, harness.child_source(),
+                                             processes.sandbox_uid(processes.current_slot()))
+    try:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    cwd=work or "/", env=env, start_new_session=True, close_fds=True, pass_fds=fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        err = processes._Reader(proc.stderr, STDERR_LIMIT)
+        lines: queue.Queue = queue.Queue()
+
+        def read() -> None:
+            try:
+                while True:
+                    got = proc.stdout.readline(REPORT_LIMIT)
+                    lines.put(got if got.endswith(b"\n") else None)
+                    if not got.endswith(b"\n"):
+                        return
+            except (OSError, ValueError):
+                lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        own, calls, why, timed_out = 0.0, 0, "", False
+        try:
+            proc.stdin.write(line)
+            proc.stdin.flush()
+            while True:
+                waited = time.monotonic()
+                budget = min(limits.wall_seconds - own, JUDGE_TOTAL_S - (waited - started))
+                try:
+                    request = lines.get(timeout=max(0.0, budget))
+                except queue.Empty:
+                    timed_out, why = True, f"timed out after {limits.wall_seconds:g} s"
+                    break
+                own += time.monotonic() - waited
+                if request is None:
+                    break
+                calls += 1
+                if calls > MAX_JUDGE_CALLS:
+                    why = f"the test calls the code more than {MAX_JUDGE_CALLS} times"
+                    break
+                reply = _call_for_judge(chosen, limits, code, case, request)
+                proc.stdin.write(ascii(reply).encode("ascii") + b"\n")
+                proc.stdin.flush()
+        except (OSError, ValueError):
+            pass  # the judge exited (a failed assert) while a reply was on its way
+        if why:
+            processes._kill_tree(proc)
+        try:
+            proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            processes._kill_tree(proc)
+        processes._kill_tree(proc)
+        stderr = err.data()
+    finally:
+        isolation.remove_work(work)
+    elapsed = time.monotonic() - started
+    if why:
+        return False, why, timed_out, elapsed
+    if proc.returncode != 0:
+        tail = stderr.decode("utf-8", "replace").strip()[-200:]
+        return False, "the test failed" + (f": {short(tail, 200)}" if tail else ""), False, elapsed
+    return True, "", False, elapsed
+
+
+def _call_for_judge(chosen: str, limits: Limits, code: str, case: JudgeCase, request: bytes) -> list:
+    """One call the judge asks for: run it on the code in a fresh sandbox; the reply the judge reads."""
+    try:
+        req = json.loads(request)
+        kind, name, args, kwargs = req
+        if kind != "call" or name not in case.names:
+            raise ValueError("not a call of the code")
+        args_v, kwargs_v = values_.decode(args), values_.decode(kwargs)  # bounded, plain
+        if not isinstance(args_v, list) or not isinstance(kwargs_v, dict):
+            raise ValueError("malformed call")
+    except (ValueError, TypeError, RecursionError) as exc:
+        return ["raised", "RuntimeError", f"bad request from the test: {short(str(exc), 100)}"]
+    job = {"mode": "call", "code": code, "fn": name, "args": values_.encode(args_v),
+           "kwargs": values_.encode(kwargs_v), "materialize": False, "echo": True}
+    o = processes.spawn(chosen, limits, job, CALL_CAP)
+    if o.timed_out or o.signal() or o.overflow or o.returncode != 0:
+        why = "timed out" if o.timed_out else _SIGNALS.get(o.signal(), "") or (
+            "output too large" if o.overflow else f"exited with status {o.returncode}")
+        return ["raised", "RuntimeError", f"{name}(): {why}"]
+    report = _parse(o.stdout)
+    if report is None:
+        return ["raised", "RuntimeError", f"{name}(): no well-formed report"]
+    tag, payload = report
+    if tag == "echo":
+        try:
+            value, after_args, after_kwargs = payload
+            out = values_.encode(values_.decode(value))
+            a = values_.decode(after_args)
+            k = values_.decode(after_kwargs)
+            restore = (values_.encode(a), values_.encode(k)) if isinstance(a, list) and isinstance(k, dict) else (
+                None, None)
+            return ["ok", out, *restore]
+        except (values_.Refused, ValueError, TypeError, RecursionError) as exc:
+            return ["raised", "TypeError", f"{name}() returned what is not plain data ({short(str(exc), 80)})"]
+    text = str(payload)
+    if tag == "raised":
+        kind = text.split(":", 1)[0].strip()
+        return ["raised", kind if kind.isidentifier() else "RuntimeError", short(text.partition(": ")[2], 200)]
+    if tag == "missing":
+        return ["raised", "NameError", short(text, 200)]
+    return ["raised", "TypeError" if tag == "error" else "RuntimeError", short(text, 200)]
 
 
 def _result(n_tests: int, by_test: dict[int, list], protections: tuple[str, ...],
@@ -205,12 +392,14 @@ def _judge(case: Any, o: Outcome, limits: Limits) -> tuple[bool, str]:
     if case is None:  # forgeable: the exit status is the verdict
         return True, ""
     if isinstance(case, ProgramCase):
-        ok = values_.same_output(o.stdout, case.stdout)
+        ok = values_.same_output(o.stdout, case.stdout, case.rule)
         return ok, "" if ok else "stdout differs from the expected output"
     report = _parse(o.stdout)
     if report is None:
         return False, "no well-formed report"
     tag, payload = report
+    if tag == "echo":
+        return False, "no well-formed report"
     if tag != "ok":
         prefix = "code: " if tag in ("code-error", "missing") else ""
         return False, prefix + short(str(payload), 200)
@@ -219,7 +408,7 @@ def _judge(case: Any, o: Outcome, limits: Limits) -> tuple[bool, str]:
 
 def _compare(case: CallCase, payload: Any) -> tuple[bool, str]:
     try:
-        value = values_.decode(payload, values_.extras_of(case.expected), values_.digits_of(case.expected))
+        value = values_.decode(payload, values_.ALL_EXTRAS, values_.digits_of(case.expected))
         for w in case.wrappers:
             if w[0] == "round":
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -231,7 +420,12 @@ def _compare(case: CallCase, payload: Any) -> tuple[bool, str]:
                 value = values_.WRAPPERS[w[0]](value)
         if case.json:
             value = _as_json(value)
-        ok = values_.matches(value, case.op, case.expected, case.result_first, case.tol)
+        if _is_probe(case):  # the sandbox's bit: result is expected
+            if value is not True and value is not False:
+                return False, "no well-formed report"
+            ok = value if case.op == "is" else not value
+            return ok, "" if ok else f"the result fails `{_rule(case)}`"
+        ok = values_.matches(value, case.op, case.expected, case.result_first, case.tol, case.extra)
     except Exception as exc:  # noqa: BLE001 - Refused, InvalidOperation, TypeError of `<`: this case fails
         return False, f"result not comparable ({type(exc).__name__}: {short(str(exc), 120)})"
     return ok, "" if ok else f"got {_preview(value)}, which fails `{_rule(case)}`"
@@ -269,7 +463,7 @@ def _parse(data: bytes) -> tuple[str, Any] | None:
     return None
 
 
-_TAGS = ("ok", "code-error", "missing", "raised", "error")
+_TAGS = ("ok", "echo", "code-error", "missing", "raised", "error")
 _SIGNALS = {signal.SIGXCPU: "CPU time limit exceeded", signal.SIGKILL: "killed (memory or process limit, or "
             "the timeout)", signal.SIGXFSZ: "file size limit exceeded", signal.SIGSEGV: "crashed (segmentation fault)"}
 

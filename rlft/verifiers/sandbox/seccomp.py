@@ -4,9 +4,13 @@ Refused with EPERM: what an unprivileged process only needs for kernel attacks o
 own limits: new namespaces (unshare, setns, clone with CLONE_NEW*), mount and the new mount API, ptrace,
 keyrings, bpf, perf_event_open, userfaultfd, io_uring, module loading, kexec, handle-based opens; SysV
 IPC (shmget, msgget, semget and their operations: shared memory and message queues are kernel memory
-that no rlimit of the process counts) and memfd_create. `socket`/`socketpair` accept AF_UNIX, AF_INET,
-AF_INET6 and AF_NETLINK only (AF_VSOCK reaches the host across a network namespace; AF_ALG, AF_PACKET, ... are kernel
-surface); others get EAFNOSUPPORT. clone3 gets ENOSYS (glibc then falls back to clone, whose flags the
+that no rlimit of the process counts) and memfd_create. Refused too, as channels between sandboxes through
+the one kernel object they share (the read-only stdlib files): advisory locks (flock; fcntl's F_GETLK,
+F_SETLK(W), the OFD locks, leases and F_NOTIFY), inotify and fanotify (a watch on a shared file sees
+another sandbox open it), and the page-cache probes (mincore, fadvise64, readahead, cachestat).
+`socket`/`socketpair` accept AF_UNIX only (there is no network; AF_INET/AF_INET6 socket buffers are
+memory cgroup v1 does not charge, and AF_VSOCK reaches the host across a network namespace); others get
+EAFNOSUPPORT. clone3 gets ENOSYS (glibc then falls back to clone, whose flags the
 filter can read), and x32 or foreign-arch syscalls are refused. With `single_process` (no cgroup to count
 memory across processes), fork, vfork and a clone without CLONE_THREAD are refused too: threads remain,
 and the one process's RLIMIT_AS bounds the sandbox's memory.
@@ -28,9 +32,15 @@ DENY = {"shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "sem
         "finit_module": 313, "memfd_create": 319, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323,
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
-        "memfd_secret": 447}
+        "memfd_secret": 447,
+        # channels between sandboxes through shared files (locks, watches, page cache state)
+        "mincore": 27, "flock": 73, "readahead": 187, "fadvise64": 221, "inotify_init": 253,
+        "inotify_add_watch": 254, "inotify_init1": 294, "fanotify_init": 300, "fanotify_mark": 301,
+        "cachestat": 451}
+FCNTL = 72
+FCNTL_DENY = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)  # F_GETLK F_SETLK F_SETLKW F_OFD_* F_SETLEASE F_GETLEASE F_NOTIFY
 SOCKET, SOCKETPAIR, CLONE, FORK, VFORK, CLONE3 = 41, 53, 56, 57, 58, 435
-FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK (namespaced; glibc uses it)
+FAMILIES = (1,)  # AF_UNIX
 CLONE_NEW = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET (<linux/sched.h>)
 CLONE_THREAD = 0x00010000
 _LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
@@ -47,7 +57,8 @@ def program(single_process: bool = False) -> bytes | None:
                (_LD, 0, 0, 0),  # seccomp_data.nr
                (_JGE, "eperm", 0, 0x40000000)]  # __X32_SYSCALL_BIT
     p += [(_JEQ, "eperm", 0, nr) for nr in sorted(DENY.values())]
-    p += [(_JEQ, "enosys", 0, CLONE3), (_JEQ, "socket", 0, SOCKET), (_JEQ, "socket", 0, SOCKETPAIR)]
+    p += [(_JEQ, "enosys", 0, CLONE3), (_JEQ, "socket", 0, SOCKET), (_JEQ, "socket", 0, SOCKETPAIR),
+          (_JEQ, "fcntl", 0, FCNTL)]
     if single_process:
         p += [(_JEQ, "eperm", 0, FORK), (_JEQ, "eperm", 0, VFORK)]
     p += [(_JEQ, 0, "allow", CLONE),
@@ -58,7 +69,10 @@ def program(single_process: bool = False) -> bytes | None:
     p += [(_RET, 0, 0, "allow"),
           "socket", (_LD, 0, 0, 16)]  # the address family
     p += [(_JEQ, "allow", 0, family) for family in FAMILIES]
-    p += [(_RET, 0, 0, "eafnosupport")]
+    p += [(_RET, 0, 0, "eafnosupport"),
+          "fcntl", (_LD, 0, 0, 24)]  # seccomp_data.args[1], low 32 bits: the command
+    p += [(_JEQ, "eperm", 0, cmd) for cmd in FCNTL_DENY]
+    p += [(_RET, 0, 0, "allow")]
     for name in ("allow", "eperm", "enosys", "kill"):
         p += [name, (_RET, 0, 0, name)]
     return _assemble(p)
