@@ -39,10 +39,19 @@ def readings(tests) -> list[str]:
     ("assert round(f(0), 2) == 0.33", ["call f(0), then round(result, 2); pass when result == 0.33"]),
     ("assert f(float('inf')) == set()", ["call f(inf); pass when result == set()"]),
     ("import math\nassert math.isclose(f(1), 2.5, rel_tol=0.001)",
-     ["call f(1); pass when result == 2.5 within rel 0.001, abs 0"]),
-    ("assert abs(f(1) - 2.5) < 1e-6", ["call f(1); pass when result == 2.5 within rel 0, abs 1e-06"]),
-    ("import pytest\nassert f(1) == pytest.approx(2.5)",
-     ["call f(1); pass when result == 2.5 within rel 1e-06, abs 1e-12"]),
+     ["call f(1); pass when math.isclose(result, 2.5, rel_tol=0.001, abs_tol=0.0)"]),
+    ("assert abs(f(1) - 2.5) < 1e-6", ["call f(1); pass when abs(result - 2.5) < 1e-06"]),
+    ("assert abs(2.5 - f(1)) <= 1e-6", ["call f(1); pass when abs(2.5 - result) <= 1e-06"]),
+    ("import pytest\nassert f(1) == pytest.approx(2.5)", ["call f(1); pass when result == pytest.approx(2.5)"]),
+    ("import pytest\nassert f(1) == pytest.approx({'a': 1.0}, abs=0.1)",
+     ["call f(1); pass when result == pytest.approx({'a': 1.0}, abs=0.1)"]),
+    ("import numpy as np\nassert np.isclose(f(1), 2.5)",
+     ["call f(1); pass when numpy.isclose(result, 2.5, rtol=1e-05, atol=1e-08)"]),
+    ("from numpy import allclose\nassert allclose(f(1), [2.5], atol=0.1)",
+     ["call f(1); pass when numpy.allclose(result, [2.5], rtol=1e-05, atol=0.1)"]),
+    ("assert f(1) == 2.0 / 3.0", ["call f(1); pass when result == 0.6666666666666666"]),
+    ("assert f(3 * 19) == 0 ** 0", ["call f(57); pass when result == 1"]),
+    ("assert f('a' + 'b') == 'ab' * 2", ["call f('ab'); pass when result == 'abab'"]),
     ("from fractions import Fraction\nassert f() == Fraction(1, 3)", ["call f(); pass when result == Fraction(1, 3)"]),
     ("def check(candidate):\n    '''doc'''\n    assert candidate(1) == 2\n    assert True\ncheck(inc)",
      ["call inc(1); pass when result == 2"]),
@@ -63,12 +72,18 @@ def test_supported_shapes_convert(tests, want):
     ("assert f(1) is 1", "`is` compares identity"),
     ("def test_f():\n    assert f(1) == 2", "defines `test_f` but never calls it"),
     ("def check(candidate):\n    assert candidate(1) == 2", "defines `check` but never calls it"),
-    ("def check(candidate):\n    for i in range(3):\n        assert candidate(i) == i\ncheck(f)",
-     "in check is not an assert"),
-    ("def check(candidate):\n    assert candidate(1) == f(2)\ncheck(f)", "both sides call functions"),
+    ("def check(candidate):\n    try:\n        candidate(1)\n    except ValueError:\n        pass\ncheck(f)",
+     "`Try` in the test"),
+    ("def check(candidate):\n    x = 1\n    assert type(candidate(x)) == int\ncheck(f)", "the test uses `type`"),
+    ("def check(candidate):\n    x = 1\n    assert candidate(x) is x\ncheck(f)", "`is` compares identity"),
+    ("def check(candidate):\n    import numpy\n    x = 1\n    assert candidate(x) == 2\ncheck(f)", "not in the standard library"),
+    ("def check(candidate):\n    x = [1]\n    assert candidate.__name__ == 'f'\ncheck(f)", "private attribute"),
+    ("check(f)\ndef check(candidate):\n    assert candidate(1) == 2", "before it is defined"),
+    ("assert f(1) == 2 ** 100000", "over 65,536 bits"),
+    ("assert f(1) == 1 / 0", "raises ZeroDivisionError"),
     ("assert f(g(1)) == 2", "an argument `g(1)` is not a literal"),
     ("assert f(1) == OrderedDict(x)", "is not a literal"),
-    ("assert f(1) == " + " + ".join(["1"] * 400), "is not a literal"),  # used to crash ast.unparse
+    ("assert f(1) == " + " + ".join(["x"] * 400), "is not a literal"),  # used to crash ast.unparse
     ("assert f(1) == 2 == 2", "a chained comparison"),
     ("assert f(1).x == 2", "neither side is a call"),
     ("assert f(1) == Decimal('" + "1" * 1001 + "')", "at most 1,000 characters"),
@@ -123,7 +138,7 @@ def test_extraction_is_linear_on_runs_of_spaces():
 
 
 def test_a_refused_row_never_crashes_the_batch_nor_scores_zero():
-    rows = ["assert f(1) == " + " + ".join(["1"] * 400), "assert f(1) == 2"]
+    rows = ["assert f(1) == " + " + ".join(["x"] * 400), "assert f(1) == 2"]
     assert "is not a literal" in code_verifier.check_gold("tests", rows[0])
     assert code_verifier.code_reward(["def f(x): return x + 1"] * 2, tests=rows) == [None, 1.0]
 

@@ -38,7 +38,7 @@ def test_process_is_unprivileged_and_alone():
         def pids():
             return sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
         def links():
-            return socket.if_nameindex()
+            return [line.split(':')[0].strip() for line in open('/proc/self/net/dev').readlines()[2:]]
         def clean_path():
             return not any('site-packages' in p or 'dist-packages' in p or 'rlft' in p for p in sys.path)
         def host_dirs():
@@ -47,14 +47,15 @@ def test_process_is_unprivileged_and_alone():
         def env():
             return sorted(os.environ), os.getcwd()
         """)
-    slots = [[u, u, u, []] for u in range(65527, 65535)]  # a uid of its own per worker slot
+    own = [processes.sandbox_uid(s) for s in range(isolation.UID_SLOTS)]  # this process's, under locks
+    slots = [[u, u, u, []] for u in own]  # a uid of its own per worker slot
     tests = [f"assert list(ids()) in {slots}",
              *(f"assert status({k!r}) == '0000000000000000'" for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")),
              "assert status('NoNewPrivs') == '1'",
-             "assert links() == [(1, 'lo')]",  # own network namespace
+             "assert links() == ['lo']",  # own network namespace
              "assert pids() == [1, 2]",  # own PID namespace: bwrap's init and this process
              "assert clean_path()", "assert host_dirs() == []",
-             "assert env() == (['HOME', 'LC_CTYPE', 'PATH', 'PWD', 'TMPDIR'], '/work')"]
+             "assert env() == (['HOME', 'LC_CTYPE', 'MALLOC_ARENA_MAX', 'PATH', 'PWD', 'TMPDIR'], '/work')"]
     if seccomp.program() is not None:
         tests.append("assert status('Seccomp') == '2'")  # SECCOMP_MODE_FILTER
     result = run_tests(code, tests, LIMITS)
@@ -91,6 +92,22 @@ def test_seccomp_refuses_kernel_surface_sysv_ipc_and_vsock_not_threads():
             return out
         def child():
             return subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True).stdout
+        def flock():
+            import fcntl
+            try:
+                fcntl.flock(open(os.__file__), fcntl.LOCK_SH)
+                return 0
+            except OSError as e:
+                return e.errno
+        def lockf():
+            import fcntl, struct
+            try:
+                fcntl.fcntl(open(os.__file__), fcntl.F_SETLK, struct.pack('hhqqi', fcntl.F_RDLCK, 0, 0, 0, 0))
+                return 0
+            except OSError as e:
+                return e.errno
+        def inotify(): return call(libc.inotify_init)
+        def mincore(): return syscall(27, 0, 4096, 0)
         """)
     tests = ["assert unshare() == (-1, 1)", "assert mount() == (-1, 1)",  # EPERM
              "assert syscall(250, 0, -4, 0, 0, 0) == (-1, 1)",  # keyctl
@@ -99,7 +116,10 @@ def test_seccomp_refuses_kernel_surface_sysv_ipc_and_vsock_not_threads():
              "assert syscall(319, b'x', 0) == (-1, 1)",  # memfd_create
              "assert shmget() == (-1, 1)", "assert msgget() == (-1, 1)", "assert semget() == (-1, 1)",
              "assert sock(40) == 97", "assert sock(38) == 97",  # AF_VSOCK, AF_ALG: EAFNOSUPPORT
-             "assert sock(1) == 0", "assert sock(2) == 0",  # unix and inet sockets are fine
+             "assert sock(1) == 0",  # unix sockets are fine
+             "assert sock(2) == 97", "assert sock(10) == 97", "assert sock(16) == 97",  # no inet, inet6, netlink
+             "assert flock() == 1", "assert lockf() == 1", "assert inotify() == (-1, 1)",  # no shared-file channels
+             "assert mincore() == (-1, 1)",
              "assert thread() == [1]"]
     # a child process: inside a cgroup it is counted; without one, seccomp refuses it
     tests.append("assert child() == b'42\\n'" if WHOLE.startswith("cgroup") else "assert child() == b''")

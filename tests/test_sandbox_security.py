@@ -170,8 +170,6 @@ def _attacks(port: int, sentinel: int) -> dict[str, tuple[str, list[str]]]:
         "fraction_huge": ("from fractions import Fraction\ndef f(): return Fraction(3 ** 20000 + 1, 3 ** 20000)",
                           ["from fractions import Fraction\nassert f() == Fraction(1, 3)"]),
         "huge_report": ("def f(): return 'x' * 10 ** 7", ["assert f() == 'x'"]),
-        "typed_value_not_asked": ("from fractions import Fraction\ndef f(): return Fraction(1, 2)",
-                                  ["assert f() == 0.5"]),
         # host memory and kernel objects outside the process's own limits
         "fork_memory": ("import os, time\ndef f():\n    kids = []\n    for _ in range(5):\n"
                         "        pid = os.fork()\n        if pid == 0:\n            b = bytearray(300 * 1024 * 1024)\n"
@@ -191,7 +189,6 @@ def _attacks(port: int, sentinel: int) -> dict[str, tuple[str, list[str]]]:
                              "def f(n): return I(0)", ["assert f(10) == 55"]),
         "always_equal_str": ("class S(str):\n    def __eq__(s, o): return True\n    __hash__ = str.__hash__\n"
                              "def f(n): return S('x')", ["assert f(10) == 'fifty-five'"]),
-        "truthy_object": ("class T:\n    def __bool__(s): return True\ndef f(n): return T()", ["assert f(10)"]),
         "recursive_value": ("def f(n):\n    x = []\n    x.append(x)\n    return x", ["assert f(10) == [[]]"]),
         "patched_sorted": ("import builtins\nbuiltins.sorted = lambda x, **k: [9]\ndef f(n): return [3, 1]",
                            ["assert sorted(f(1)) == [9]"]),
@@ -319,6 +316,10 @@ HONEST = {  # honest solutions in the supported shapes: each must score 1.0
     "program_stdin": ("import sys\nn = int(sys.stdin.readline())\nprint(n * 2)\nsys.exit(0)",
                       {"inputs": ["2\n", "5\n"], "outputs": ["4\n", "10"]}),
     "program_open0": ("print(sum(map(int, open(0).read().split())))", [{"input": "1 2 3\n", "output": "6\n"}]),
+    # round 3: Python's own semantics, so honest (round 2 scored these 0: a typed value the expected value did
+    # not hold was refused, and `assert f(x)` needed a plain result)
+    "typed_value_not_asked": ("from fractions import Fraction\ndef f(): return Fraction(1, 2)", ["assert f() == 0.5"]),
+    "truthy_object": ("class T:\n    def __bool__(s): return True\ndef f(n): return T()", ["assert f(10)"]),
     "json_cases": ("def f(xs, k=1):\n    return tuple(x * k for x in xs)",
                    [{"fn": "f", "args": [[1, 2]], "kwargs": {"k": 3}, "expected": [3, 6]},
                     {"fn": "f", "args": [[0.1]], "expected": [0.1]}]),
@@ -461,7 +462,6 @@ def test_bounded_and_diagnosed(batch):
     assert "Fraction parts far larger" in results["fraction_huge"].error  # no quadratic gcd in the parent
     assert "InvalidOperation" in results["decimal_snan"].error  # confined to its case
     assert "OverflowError" in results["overflow_isclose"].error
-    assert "a Fraction where the expected value has none" in results["typed_value_not_asked"].error
     assert "Operation not permitted" in results["sysv_shm"].error or "got -1" in results["sysv_shm"].error
     assert "Address family not supported" in results["vsock"].error
     assert "No module named 'yaml'" in results["dist_packages"].error

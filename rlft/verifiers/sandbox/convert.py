@@ -189,7 +189,8 @@ def _asserts(body: list[ast.stmt], src: Any, ctx: _Context) -> tuple[list[tuple[
             target = _check(node, called, src)
             if any(not (isinstance(n, ast.Assert) or _ignorable(n)) for n in node.body):
                 return [], node.name
-            inner = [n for n in node.body if isinstance(n, ast.Assert)]
+            inner = [n for n in node.body if isinstance(n, ast.Assert)
+                     and not (isinstance(n.test, ast.Constant) and n.test.value is True)]  # HumanEval's `assert True`
             try:
                 for n in inner:
                     _assert(n.test, target, ctx)

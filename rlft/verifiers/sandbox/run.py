@@ -471,7 +471,7 @@ _SIGNALS = {signal.SIGXCPU: "CPU time limit exceeded", signal.SIGKILL: "killed (
 def _protections(chosen: str) -> tuple[str, ...]:
     if chosen != "bwrap":
         return ("rlimits",)
-    out = ("bwrap", "uid-65534", "no-caps", "pidns", "netns", "mountns", "ipcns", "rlimits")
+    out = ("bwrap", "uid-own" if os.geteuid() == 0 else "uid-65534", "no-caps", "pidns", "netns", "mountns", "ipcns", "rlimits")
     if isolation.seccomp.program() is not None:
         out += ("seccomp",)
     return out + (isolation.whole_sandbox_limits().replace(" ", "-"),)
