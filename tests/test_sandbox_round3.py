@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from rlft.verifiers.sandbox import Limits, cgroup, convert, isolation, run_many, uids, values
+from rlft.verifiers.sandbox import Limits, cgroup, convert, run_many, uids, values
 
 pytestmark = pytest.mark.skipif(os.environ.get("RLFT_CODE_ISOLATION") == "none",
                                 reason="RLFT_CODE_ISOLATION=none: isolation explicitly turned off")
@@ -306,8 +306,9 @@ _WORKER = textwrap.dedent("""
     import json, sys, time
     from rlft.verifiers.sandbox import Limits, run_many, uids
     kind = sys.argv[1]
-    bomb = ("import os, time\\ndef f():\\n    for _ in range(40):\\n        try:\\n            if os.fork() == 0:\\n"
-            "                time.sleep(4)\\n                os._exit(0)\\n        except OSError:\\n            pass\\n"
+    bomb = ("import os, time\\ndef f():\\n    for _ in range(40):\\n        try:\\n"
+            "            if os.fork() == 0:\\n                time.sleep(4)\\n                os._exit(0)\\n"
+            "        except OSError:\\n            pass\\n"
             "    time.sleep(4)\\n    return 0", ["assert f() == 1"])
     threads = (sys.argv[2], ["import time\\nassert f(16) == " + sys.argv[3]])
     jobs = [bomb] * 4 if kind == "bomb" else [threads] * 8
@@ -364,7 +365,8 @@ HONEST = {  # code Python passes (the benchmarks' harnesses exec it in a fresh n
     "approx_dict": ("def f(): return {'a': 0.1 + 0.2}", ["import pytest\nassert f() == pytest.approx({'a': 0.3})"]),
     "numpy_isclose": ("def f(): return 1.000001", ["import numpy as np\nassert np.isclose(f(), 1.0)"]),
     "numpy_allclose": ("def f(): return [1.0, 2.000001]", ["import numpy\nassert numpy.allclose(f(), [1.0, 2.0])"]),
-    "lcb_leading_whitespace": ("print('  3 ')\nprint(' 4.0')", [{"input": "", "output": "3\n4\n", "testtype": "stdin"}]),
+    "lcb_leading_whitespace": ("print('  3 ')\nprint(' 4.0')",
+                               [{"input": "", "output": "3\n4\n", "testtype": "stdin"}]),
     "lcb_option_on_io_columns": ("print(' 5')", {"inputs": [""], "outputs": ["5"], "judge": "livecodebench"}),
     "sixteen_threads": (THREADS, [f"assert f(16) == {sorted(i * 10000 for i in range(16))}"]),
     "constant_arithmetic": ("def f(x): return x / 3.0", ["assert abs(f(2.0) - 2.0 / 3.0) < 1e-6",

@@ -27,26 +27,22 @@ cannot be judged soundly and how to rewrite it. The gold check turns refusals in
 from __future__ import annotations
 
 import ast
-import collections
-import datetime
 import decimal
-import fractions
-import operator
 from typing import Any
 
-from rlft.verifiers.sandbox.cases import FIX_CALL, CallCase, Converted, JudgeCase, ProgramCase, Refusal, Test, short
+from rlft.verifiers.sandbox.cases import FIX_CALL, CallCase, Converted, ProgramCase, Refusal, Test, short
+from rlft.verifiers.sandbox.judged import judge_case
+from rlft.verifiers.sandbox.literals import CONSTRUCTORS as _CONSTRUCTORS
+from rlft.verifiers.sandbox.literals import No as _No
+from rlft.verifiers.sandbox.literals import dotted as _dotted
+from rlft.verifiers.sandbox.literals import literal as _literal
+from rlft.verifiers.sandbox.literals import unparse as _unparse
 from rlft.verifiers.sandbox.values import JUDGES, OPS, Refused, encode
 
 MAX_TEST_CHARS = 1_000_000
 ITERATING = ("set", "frozenset", "sorted", "list", "tuple")  # wrappers the harness may materialize
 APPROX = (1e-6, 1e-12)  # pytest.approx's default rel and abs
 ISCLOSE = (1e-9, 0.0)  # math.isclose's
-
-
-class _No(Exception):
-    def __init__(self, why: str, fix: str = FIX_CALL):
-        super().__init__(why)
-        self.why, self.fix = why, fix
 
 
 def convert(tests: Any) -> Converted:
@@ -237,72 +233,6 @@ def _check(fn: ast.FunctionDef, calls: list[ast.Expr], src: Any) -> dict[str, st
 
 # ----------------------------------------------------------------------------- the judge's admission
 
-JUDGE_STATEMENTS = (ast.Assert, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.While, ast.If, ast.Expr,
-                    ast.Import, ast.ImportFrom, ast.Pass, ast.Break, ast.Continue, ast.Return, ast.FunctionDef)
-# names whose answer depends on more than the value (its type, identity, the namespace) or that reach outside
-JUDGE_NAMES = {"type", "isinstance", "issubclass", "id", "vars", "dir", "getattr", "setattr", "delattr", "hasattr",
-               "globals", "locals", "eval", "exec", "compile", "open", "__import__", "breakpoint", "input",
-               "memoryview", "super", "object", "help", "exit", "quit"}
-MAX_JUDGE_NAMES = 16
-
-
-def judge_case(tree: ast.Module, text: str, check: str) -> Any:
-    """The JudgeCase for a test whose `check` needs running as written, or _No where its meaning would depend on
-    more than the values the code returns (types, identity, exceptions caught, non-stdlib modules)."""
-    import builtins
-    import sys
-
-    bound: set[str] = set()
-    loaded: dict[str, ast.Name] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.stmt) and not isinstance(node, JUDGE_STATEMENTS):
-            raise _No(f"line {node.lineno}: `{type(node).__name__}` in the test: try, with, raise, classes and "
-                      "the like depend on more than the values the code returns",
-                      f"{FIX_CALL}, or plain statements and asserts inside {check}")
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for m in mods:
-                if node.__dict__.get("level") or m.split(".")[0] not in sys.stdlib_module_names:
-                    raise _No(f"imports `{m}`, which is not in the standard library the sandbox holds",
-                              "only standard-library imports in the test")
-            bound.update((a.asname or a.name.split(".")[0]) for a in node.names)
-        elif isinstance(node, (ast.FunctionDef, ast.Lambda)):
-            if isinstance(node, ast.FunctionDef):
-                bound.add(node.name)
-                if node.decorator_list:
-                    raise _No("a decorated function in the test")
-            args = node.args
-            bound.update(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
-            bound.update(a.arg for a in (args.vararg, args.kwarg) if a is not None)
-        elif isinstance(node, ast.Name):
-            if isinstance(node.ctx, (ast.Store, ast.Del)):
-                bound.add(node.id)
-            else:
-                loaded.setdefault(node.id, node)
-                if node.id in JUDGE_NAMES:
-                    raise _No(f"the test uses `{node.id}`, whose answer depends on more than the value returned")
-        elif isinstance(node, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops):
-            sides = [node.left, *node.comparators]
-            if not any(isinstance(x, ast.Constant) and (x.value is None or x.value is True or x.value is False)
-                       for x in sides):
-                raise _No("`is` compares identity, which only None, True and False have across processes")
-        elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
-            raise _No(f"the test reads `.{node.attr}`, a private attribute")
-    names = sorted(n for n in loaded if n not in bound and not hasattr(builtins, n))
-    if len(names) > MAX_JUDGE_NAMES:
-        raise _No(f"the test uses {len(names)} names it does not define")
-    for node in ast.walk(tree):  # the code's functions are called or passed, never looked into
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names:
-            raise _No(f"the test reads `{node.value.id}.{node.attr}`: only calls of the code's functions cross "
-                      "the wall")
-    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == check):
-        param = fn.args.args[0].arg
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == param:
-                raise _No(f"the test reads `{param}.{node.attr}`: only calls of the function cross the wall")
-    return JudgeCase(text, tuple(names))
-
-
 def _assert(test: ast.expr, target: dict[str, str], ctx: _Context) -> CallCase:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _observed(test.operand, target, op="truth", expected=False)
@@ -458,148 +388,6 @@ def _observed(node: ast.expr, target: dict[str, str], op: str, expected: Any, fi
     return CallCase(name, args, kwargs, op, expected, first, tuple(reversed(wrappers)), tol, extra=extra)
 
 
-def _unparse(node: ast.AST) -> str:
-    try:
-        return ast.unparse(node)
-    except (RecursionError, ValueError, MemoryError):
-        return "(too deep to show)"
-
-
-def _dotted(node: ast.expr) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return f"{node.value.id}.{node.attr}"
-    return ""
-
-
-MAX_FOLD_BITS = 1 << 16  # an int folded from literal arithmetic (2 ** 65536 is 19,729 digits)
-MAX_FOLD_ITEMS = 100_000  # a str, bytes, list or tuple folded from + or *
-_FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-         ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.LShift: operator.lshift,
-         ast.RShift: operator.rshift, ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_}
-
-
-def _literal(node: ast.expr, in_call: bool = False) -> Any:
-    """A literal value: constants, containers of literals, the constructor table, and arithmetic on literals
-    folded as Python would (`2.0 / 3.0`, `3 * 19`, `0 ** 0`, `'a' + 'b'`) within size caps."""
-    if isinstance(node, ast.Constant):
-        if node.value is Ellipsis:
-            raise _No("`...` is not a value to compare")
-        return node.value
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        if any(isinstance(e, ast.Starred) for e in node.elts):
-            raise _No("* inside a literal")
-        items = [_literal(e, in_call) for e in node.elts]
-        return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
-    if isinstance(node, ast.Dict):
-        if None in node.keys:
-            raise _No("** inside a dict literal")
-        return {_literal(k, in_call): _literal(v, in_call) for k, v in zip(node.keys, node.values)}
-    if isinstance(node, ast.Call):
-        name = _dotted(node.func)
-        make = _CONSTRUCTORS.get(name)
-        if make is None or any(kw.arg is None for kw in node.keywords):
-            where = "an argument" if in_call else "the expected side"
-            raise _No(f"{where} `{short(_unparse(node), 40)}` is not a literal: it would have to run beside the code")
-        return make(*(_literal(a) for a in node.args), **{kw.arg: _literal(kw.value) for kw in node.keywords})
-    if isinstance(node, ast.BinOp) and type(node.op) in _FOLD:
-        return _fold(node.op, _literal(node.left, in_call), _literal(node.right, in_call))
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        value = _literal(node.operand, in_call)
-        if not isinstance(value, (int, float, complex)) and not isinstance(node.op, ast.Not):
-            raise _No("a unary operator on something other than a number")
-        return _UNARY[type(node.op)](value)
-    where = "an argument" if in_call else "the expected side"
-    raise _No(f"{where} `{short(_unparse(node), 40)}` is not a literal: it would have to run beside the code")
-
-
-def _fold(op: ast.operator, a: Any, b: Any) -> Any:
-    """`a OP b` on literal values, refused where the result would be huge or Python would raise."""
-    number = (int, float, complex)
-    seq = (str, bytes, list, tuple)
-    if isinstance(a, number) and isinstance(b, number):
-        if isinstance(a, int) and isinstance(b, int):
-            bits = max(a.bit_length(), b.bit_length(), 1)
-            if isinstance(op, ast.Pow) and b > 0 and bits * b > MAX_FOLD_BITS:
-                raise _No("literal arithmetic with a result over 65,536 bits")
-            if isinstance(op, ast.LShift) and b > MAX_FOLD_BITS:
-                raise _No("literal arithmetic with a result over 65,536 bits")
-            if isinstance(op, ast.Mult) and a.bit_length() + b.bit_length() > MAX_FOLD_BITS:
-                raise _No("literal arithmetic with a result over 65,536 bits")
-        elif isinstance(op, (ast.LShift, ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor)):
-            raise _No("a bit operator on something other than ints")
-        elif isinstance(op, ast.Pow) and isinstance(b, int) and abs(b) > MAX_FOLD_BITS and isinstance(a, complex):
-            raise _No("literal arithmetic too large to fold")
-    elif isinstance(op, ast.Add) and isinstance(a, seq) and type(a) is type(b):
-        if len(a) + len(b) > MAX_FOLD_ITEMS:
-            raise _No("literal concatenation over 100,000 items")
-    elif isinstance(op, ast.Mult) and (isinstance(a, seq) and type(b) is int or isinstance(b, seq) and type(a) is int):
-        n, s = (b, a) if isinstance(a, seq) else (a, b)
-        if len(s) * max(n, 0) > MAX_FOLD_ITEMS:
-            raise _No("literal repetition over 100,000 items")
-    else:
-        raise _No(f"literal arithmetic `{type(op).__name__}` on {type(a).__name__} and {type(b).__name__}")
-    try:
-        return _FOLD[type(op)](a, b)
-    except (ArithmeticError, ValueError, TypeError) as exc:
-        raise _No(f"the literal arithmetic raises {type(exc).__name__} in Python, so no code can pass") from exc
-
-
-def _float(x: Any) -> float:
-    if not isinstance(x, (str, int, float)) or isinstance(x, bool) or (isinstance(x, str) and len(x) > 100):
-        raise _No("float(...) of something other than a number or a short string")
-    return float(x)
-
-
-def _decimal(x: Any) -> decimal.Decimal:
-    if not isinstance(x, (str, int)) or isinstance(x, bool) or len(str(x)) > 1000:
-        raise _No("Decimal(...) of something other than a string or int of at most 1,000 characters")
-    return decimal.Decimal(x)
-
-
-def _fraction(*args: Any) -> fractions.Fraction:
-    if not all(isinstance(a, (int, str)) and not isinstance(a, bool) and len(str(a)) <= 1000 for a in args):
-        raise _No("Fraction(...) of something other than ints or a string")
-    return fractions.Fraction(*args)
-
-
-def _bytes(x: Any) -> bytes:
-    if not isinstance(x, bytes):
-        raise _No("bytearray(...) of something other than a bytes literal")
-    return x
-
-
-def _checked(kind: type, accepts: tuple) -> Any:
-    def make(*args: Any, **kwargs: Any) -> Any:
-        if len(args) > 1 or (args and not isinstance(args[0], accepts)) or (kwargs and kind is not Counter):
-            raise _No(f"{kind.__name__}(...) of something other than a literal container")
-        return kind(*args, **kwargs)
-    return make
-
-
-def _date(kind: type) -> Any:
-    def make(*args: Any) -> Any:
-        if not all(type(a) is int for a in args) or not 3 <= len(args) <= 7:
-            raise _No(f"{kind.__name__}(...) needs int arguments")
-        return kind(*args)
-    return make
-
-
-Counter, OrderedDict = collections.Counter, collections.OrderedDict
-_ITERABLE = (list, tuple, set, frozenset, dict, str, bytes)
-_CONSTRUCTORS = {
-    "set": _checked(set, _ITERABLE), "frozenset": _checked(frozenset, _ITERABLE),
-    "tuple": _checked(tuple, _ITERABLE), "list": _checked(list, _ITERABLE), "dict": _checked(dict, (list, tuple, dict)),
-    "float": _float, "bytearray": _bytes, "Decimal": _decimal, "decimal.Decimal": _decimal,
-    "Fraction": _fraction, "fractions.Fraction": _fraction,
-    "Counter": _checked(Counter, (dict, list, tuple, str)), "collections.Counter": _checked(Counter, (dict, list, str)),
-    "OrderedDict": _checked(OrderedDict, (list, tuple, dict)),
-    "collections.OrderedDict": _checked(OrderedDict, (list, tuple, dict)),
-    "date": _date(datetime.date), "datetime.date": _date(datetime.date),
-    "datetime": _date(datetime.datetime), "datetime.datetime": _date(datetime.datetime),
-}
 _OP_NAMES = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
              ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
 

@@ -46,21 +46,19 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
+import subprocess
+import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rlft.verifiers.sandbox import convert as convert_
-from rlft.verifiers.sandbox import isolation, processes
+from rlft.verifiers.sandbox import harness, isolation, processes
 from rlft.verifiers.sandbox import values as values_
-import queue
-import subprocess
-import threading
-from collections import deque
-
-from rlft.verifiers.sandbox import harness
 from rlft.verifiers.sandbox.cases import CallCase, JudgeCase, ProgramCase, Test, explain, short
 from rlft.verifiers.sandbox.processes import REPORT_LIMIT, STDERR_LIMIT, Limits, Outcome
 
@@ -471,7 +469,8 @@ _SIGNALS = {signal.SIGXCPU: "CPU time limit exceeded", signal.SIGKILL: "killed (
 def _protections(chosen: str) -> tuple[str, ...]:
     if chosen != "bwrap":
         return ("rlimits",)
-    out = ("bwrap", "uid-own" if os.geteuid() == 0 else "uid-65534", "no-caps", "pidns", "netns", "mountns", "ipcns", "rlimits")
+    uid = "uid-own" if os.geteuid() == 0 else "uid-65534"
+    out = ("bwrap", uid, "no-caps", "pidns", "netns", "mountns", "ipcns", "rlimits")
     if isolation.seccomp.program() is not None:
         out += ("seccomp",)
     return out + (isolation.whole_sandbox_limits().replace(" ", "-"),)
