@@ -130,4 +130,4 @@ def test_every_reference_scores_one_and_no_mutant_beats_plain_python():
     got = code_verifier.code_reward(codes, tests=tests)
     above = [(task, python, ours) for (task, python), ours in zip(want, got) if ours > python + 1e-9]
     assert not above, above
-    assert len(got) > 150 and sum(g < 1.0 for g in got) > len(got) * 0.6  # the mutants are mostly wrong
+    assert len(got) > 100 and sum(g < 1.0 for g in got) > len(got) * 0.6  # the mutants are mostly wrong
