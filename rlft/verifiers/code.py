@@ -9,6 +9,8 @@ a code line is code.
 HumanEval `check(candidate)` blocks with their call, I/O pairs (APPS, CodeContests, LiveCodeBench) or
 JSON function cases. Each case runs in its own sandboxed process that gets only the arguments (or stdin)
 and returns only the value (or stdout); the parent compares (`rlft.verifiers.sandbox.run`: threat model).
+A HumanEval check with setup or loops runs as written in a judge sandbox holding no model code, whose
+calls of the code's functions cross to fresh code sandboxes as data (docs/verifiers.md).
 Reward = passed tests / tests. A test that cannot be judged that way is refused by `check_gold` before
 training (file:line, the test, why, how to rewrite it); `rlft verify code --explain` shows how each test
 was read.

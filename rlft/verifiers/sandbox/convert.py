@@ -1,27 +1,34 @@
 """The conservative conversion of the usual test formats into cases (`rlft.verifiers.sandbox.cases`).
 
-What converts (with `ast.literal_eval` plus a closed table of typed constructors, never by running the
-test: no slicing, no partial evaluation, no setup carried between statements):
+What converts (literal values by `literals`: constants, containers, a closed table of typed constructors,
+literal arithmetic folded within caps; never by running the test, no setup carried between statements):
   - `assert CALL OP LITERAL` (either side), OP one of == != < <= > >= in, not in; `is`/`is not` only with
     None, True, False; `assert CALL`, `assert not CALL`; a message after the comma is ignored;
   - CALL is `name(<literals>, key=<literal>)`, optionally inside set/frozenset/sorted/list/tuple(...) or
     round(..., n) (applied by the parent to the returned value);
-  - tolerances: `math.isclose(CALL, LIT[, rel_tol=, abs_tol=])`, `abs(CALL - LIT) < LIT` (or <=),
-    `CALL == pytest.approx(LIT[, rel=, abs=])`;
+  - the test's tolerance forms, each with its own meaning (`values.matches`): `abs(CALL - LIT) < TOL`
+    (or <=, either order) as written, `math.isclose(CALL, LIT[, rel_tol=, abs_tol=])`,
+    `CALL == pytest.approx(LIT[, rel=, abs=, nan_ok=])` (scalars, flat sequences, flat dicts), and
+    numpy's `isclose`/`allclose(CALL, LIT[, rtol, atol, equal_nan])` where the test imports numpy
+    (`_Context` reads the imports: `np.isclose`, `from numpy import isclose`);
   - a string of such asserts (MBPP; one test per assert), a list of strings (one test each, all its
     asserts must pass), HumanEval's `def check(candidate):` made of such asserts plus the call
-    `check(name)` (`candidate` is `name`; one test per assert); `import` lines (never run: a name they
-    bind is not a literal) and HumanEval's `METADATA = <literal>` are allowed and ignored;
+    `check(name)` after it (`candidate` is `name`, per check; one test per assert); `import` lines (never
+    run: a name they bind is not a literal) and HumanEval's `METADATA = <literal>` are allowed and ignored;
+  - a HumanEval `check` with more than such asserts (setup, loops, random inputs, a print, helpers of the
+    prompt, the function on both sides): one `JudgeCase` for the whole text, run as written by the judge
+    sandbox, where `judged.judge_case` admits it (refusing try/with/raise, type/isinstance/id/..., `is`
+    on other values, non-stdlib imports);
   - I/O pairs: {"inputs": [...], "outputs": [...]} (APPS), {"input": [...], "output": [...]} (CodeContests),
-    a list of {"input": str, "output": str} (LiveCodeBench stdin tests; also "stdin"/"stdout");
+    a list of {"input": str, "output": str} (LiveCodeBench stdin tests, judged by LiveCodeBench's rule
+    when they carry its "testtype"; also "stdin"/"stdout"); an optional "judge" ("lines",
+    "livecodebench", "exact") picks the output rule (`values.same_output`);
   - JSON function cases: a list of {"fn": name, "args": [...], "kwargs": {...}, "expected": value,
     "rel_tol"/"abs_tol": number}; JSON has no tuple, so a tuple in the result compares as a list there.
-Literal constructors: set, frozenset, tuple, list of a literal; float('inf'|'nan'|...); Decimal(str),
-Fraction(a, b), Counter(...), OrderedDict(...), bytearray(b'...') (equal to bytes), date(...),
-datetime(...) (with or without their module prefix).
-Anything else (a setup statement, a loop, an uncalled `def test_...`, `check` without its call, a
-non-literal expected value, `is` on other values, a call inside the arguments) is a `Refusal`: why it
-cannot be judged soundly and how to rewrite it. The gold check turns refusals into one line per row.
+Anything else (a top-level setup statement or loop, an uncalled `def test_...`, `check` without its call or
+called before it is defined, a non-literal expected value, `is` on other values, a call inside the
+arguments) is a `Refusal`: why it cannot be judged soundly and how to rewrite it. The gold check turns
+refusals into one line per row.
 """
 
 from __future__ import annotations
