@@ -131,3 +131,16 @@ def test_every_reference_scores_one_and_no_mutant_beats_plain_python():
     above = [(task, python, ours) for (task, python), ours in zip(want, got) if ours > python + 1e-9]
     assert not above, above
     assert len(got) > 100 and sum(g < 1.0 for g in got) > len(got) * 0.6  # the mutants are mostly wrong
+
+
+def test_the_prompts_helpers_in_the_test_cannot_be_redefined_by_the_code():
+    """HumanEval/38's shape: the check calls the prompt's `encode_cycle`. The importer puts the prompt's helpers
+    into the test, so the judge uses that copy: code that redefines the helper as the identity earns nothing
+    (as in Python, where the test's definition comes after the code)."""
+    problem = next(p for p in humaneval.read_problems(str(FIXTURE)) if p["entry_point"] == "decode_cycle")
+    row = humaneval.row_from_problem(problem)
+    assert row["tests"].startswith("def encode_cycle(s: str):")
+    cheat = "def encode_cycle(s):\n    return s\n\n\ndef decode_cycle(s):\n    return s\n"
+    assert code_verifier.code_reward([cheat, row["solution"]], tests=[row["tests"]] * 2) == [0.0, 1.0]
+    program = cheat + row["tests"]
+    assert subprocess.run([sys.executable, "-c", program], capture_output=True, timeout=60).returncode != 0

@@ -7,7 +7,10 @@ mapping (`rows_from_file`, `rlft data import humaneval FILE --out rows.jsonl`):
   prompt    an instruction, then the HumanEval prompt in a ```python block: the model answers with the
             whole function (and the prompt's helpers it needs), as a chat model does
   solution  prompt + canonical_solution: the reference the gold check scores (it must score 1.0)
-  tests     test + "\\ncheck(<entry_point>)\\n": HumanEval's harness runs exactly this after the program
+  tests     the prompt's imports and helper functions (every top-level def but the entry point: `poly`,
+            `encode_cyclic`, ...), then test + "\\ncheck(<entry_point>)\\n", what HumanEval's harness runs after
+            the program. With the helpers in the test, a check that calls them (HumanEval/32, 38, 50) uses
+            this trusted copy, not one the model's code could redefine (`encode_cyclic = lambda s: s`)
   task_id, entry_point  kept as they are
 How the code verifier reads the tests: `rlft.verifiers.sandbox.convert` (a `check` of asserts on literals
 becomes one case per assert; one with setup, loops or random inputs runs as written in the judge sandbox).
@@ -15,6 +18,7 @@ becomes one case per assert; one with setup, loops or random inputs runs as writ
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 from pathlib import Path
@@ -31,7 +35,22 @@ def row_from_problem(problem: dict) -> dict:
     return {"task_id": problem["task_id"], "entry_point": problem["entry_point"],
             "prompt": INSTRUCTION + "```python\n" + problem["prompt"].rstrip("\n") + "\n```",
             "solution": problem["prompt"] + problem["canonical_solution"],
-            "tests": problem["test"].rstrip("\n") + f"\n\n\ncheck({problem['entry_point']})\n"}
+            "tests": helpers(problem) + problem["test"].rstrip("\n") + f"\n\n\ncheck({problem['entry_point']})\n"}
+
+
+def helpers(problem: dict) -> str:
+    """The prompt's imports and its functions other than the entry point (the test may call them), as source."""
+    try:
+        tree = ast.parse(problem["prompt"] + "    pass\n")
+    except SyntaxError:
+        return ""
+    lines = (problem["prompt"] + "    pass\n").splitlines()
+    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+            or (isinstance(n, ast.FunctionDef) and n.name != problem["entry_point"])]
+    if not any(isinstance(n, ast.FunctionDef) for n in keep):
+        return ""
+    return "".join("\n".join(lines[n.lineno - 1 - len(n.decorator_list if isinstance(n, ast.FunctionDef) else []):
+                                    n.end_lineno]) + "\n\n\n" for n in keep)
 
 
 def read_problems(path: str) -> list[dict]:

@@ -185,6 +185,9 @@ def _asserts(body: list[ast.stmt], src: Any, ctx: _Context) -> tuple[list[tuple[
             continue
         elif isinstance(node, ast.FunctionDef):
             called = [c for c in calls if c.value.func.id == node.name]
+            if not called and not any(isinstance(n, ast.Assert) for n in ast.walk(node)):
+                defined.add(node.name)  # a helper of the test (HumanEval's prompt helpers): the judge defines it
+                continue
             if not called:
                 raise _No(f"defines `{node.name}` but never calls it, so its asserts would never run",
                           f"{FIX_CALL} at top level, or call {node.name}(<function>)")
