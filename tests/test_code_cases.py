@@ -80,6 +80,8 @@ def test_supported_shapes_convert(tests, want):
      "not in the standard library"),
     ("def check(candidate):\n    x = [1]\n    assert candidate.__name__ == 'f'\ncheck(f)", "private attribute"),
     ("check(f)\ndef check(candidate):\n    assert candidate(1) == 2", "before it is defined"),
+    ("def check(candidate):\n    s = candidate()\n    assert s.two_sum([2, 7], 9) == [0, 1]\ncheck(Solution)",
+     "the test uses `.two_sum` of what the code returns"),
     ("assert f(1) == 2 ** 100000", "over 65,536 bits"),
     ("assert f(1) == 1 / 0", "raises ZeroDivisionError"),
     ("assert f(g(1)) == 2", "an argument `g(1)` is not a literal"),

@@ -78,9 +78,23 @@ def judge_case(tree: ast.Module, text: str, check: str) -> Any:
                       "the wall")
     for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == check):
         param = fn.args.args[0].arg
+        code_fns = {param, *names}
+        results: set[str] = set()  # names bound to a value a call of the code returned (`s = candidate()`)
         for node in ast.walk(fn):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == param:
                 raise _No(f"the test reads `{param}.{node.attr}`: only calls of the function cross the wall")
+            if isinstance(node, ast.Assign) and _calls(node.value, code_fns):
+                results.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(fn):  # a method or attribute of a returned value: an object, not plain data
+            if isinstance(node, ast.Attribute) and (_calls(node.value, code_fns) or (
+                    isinstance(node.value, ast.Name) and node.value.id in results)):
+                raise _No(f"the test uses `.{node.attr}` of what the code returns: only plain values cross the "
+                          "wall (an object's methods would have to run beside the code)",
+                          f"{FIX_CALL}, with a plain value returned")
     return JudgeCase(text, tuple(names))
+
+
+def _calls(node: ast.expr, fns: set[str]) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in fns
 
 
