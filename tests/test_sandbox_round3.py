@@ -199,21 +199,6 @@ RENDEZVOUS = {  # channel -> code whose `rev` returns the other case's argument 
                 return s
             return s[::-1]  # would only reach here if flock worked (then it could signal)
         """,
-    "shared_file_timing": """
-        import os, time
-        def rev(s):
-            # the other case, if it runs now, reads the stdlib hard: our reads slow down; one bit per 100 ms
-            path = os.path.join(os.path.dirname(os.__file__), 'json', '__init__.py')
-            start = time.time()
-            seen = 0
-            while time.time() - start < 1.0:
-                t = time.perf_counter()
-                for _ in range(50):
-                    open(path, 'rb').read()
-                if time.perf_counter() - t > 0.05:
-                    seen += 1
-            return s[::-1] if seen > 3 else s
-        """,
 }
 
 
@@ -226,6 +211,9 @@ def test_cases_of_one_row_cannot_pass_each_other_their_argument(channel):
 
 
 def test_cases_of_one_row_never_run_at_the_same_time():
+    """The defense for what no filter can close, timing through a file all sandboxes read (the stdlib): the
+    cases of one row (and the completions of one GRPO group) never overlap in time. Four cases of one row on four
+    workers take four times one case; four rows run side by side."""
     code = "import time\ndef f(x):\n    time.sleep(0.6)\n    return x"
     one_row = [(code, [f"assert f({i}) == {i}" for i in range(4)])]
     four_rows = [(code, [f"assert f({i}) == {i}"]) for i in range(4)]
