@@ -390,3 +390,30 @@ def test_lcb_rule_is_livecodebench_grade_stdio():
     assert not same(b"1 2\n\n3\n", "1 2\n3\n", "livecodebench")  # an inner blank line is a line
     assert not same(b"nan\n", "NaN\n", "livecodebench") and not same(b"3\n", "3\n4\n", "livecodebench")
     assert same(b"x\n", "x\n", "exact") and not same(b"x \n", "x\n", "exact")
+
+
+JUDGED = "def check(candidate):\n    import random\n    for _ in range(20):\n        x = random.randint(0, 99)\n" \
+         "        assert candidate(x) == x * 3\ncheck(f)"
+FORGE = ("import os\ndef forge(value):\n    report = repr(value).replace(\"'\", '\"').replace('True', 'true')\n"
+         "    os.write(3, report.encode() + b'\\n')\n    os._exit(0)\n")
+JUDGE_ATTACKS = {  # a judged check (loop, random inputs): the code never sees the test, its forgeries earn nothing
+    "forge_ok": (FORGE + "def f(x): forge(['ok', ['i', '0']])", [JUDGED]),
+    "forge_echo": (FORGE + "def f(x): forge(['echo', [['i', '0'], ['n'], ['n']]])", [JUDGED]),
+    "exit_zero": ("import os\ndef f(x): os._exit(0)", [JUDGED]),
+    "sleep": ("import time\ndef f(x): time.sleep(60)", [JUDGED]),
+    "raise_assertion_ok": ("def f(x): raise SystemExit(0)", [JUDGED]),
+    "read_the_test": ("import gc\ndef f(x):\n    return [o for o in gc.get_objects() if isinstance(o, str) and "
+                      "'x * 3' in o][:1]", [JUDGED]),
+    "mutate_to_pass": ("def f(x): return -1", ["def check(candidate):\n    xs = [1, 2]\n    r = candidate(xs)\n"
+                                              "    assert r == sum(xs) * 2\ncheck(f)"]),
+}
+
+
+def test_judged_checks_pay_nothing_for_forgeries_and_end_at_the_first_failure():
+    started = time.monotonic()
+    results = run_many(list(JUDGE_ATTACKS.values()), LIMITS, workers=4)
+    assert [r.fraction for r in results] == [0.0] * len(JUDGE_ATTACKS), results
+    assert all(r.error and not r.error.startswith("refused") for r in results), results
+    assert time.monotonic() - started < 60  # `sleep` costs one call's timeout, not twenty
+    honest = run_many([("def f(x): return x * 3", [JUDGED])], LIMITS)[0]
+    assert honest.fraction == 1.0, honest
