@@ -128,7 +128,8 @@ class RlftReinforceJob(ReinforceJob):
         self.batch_id = 0
         self.steps = 0
         self.rollouts = 0
-        self.step_seconds: list[float] = []
+        self.step_seconds: list[float] = []  # the training part of each step
+        self.step_ends: list[float] = []  # time.time() at the end of each step (bench/bench_dspy.py reads them)
         self._previous_sigint = None
         self._lock = threading.Lock()
 
@@ -205,6 +206,7 @@ class RlftReinforceJob(ReinforceJob):
             signal.signal(signal.SIGINT, self._on_sigint)
         self.state = "ready"
         self.started = time.time()
+        self.step_ends = []
         console.print(f"[bold]rlft.dspy GRPO[/]: {self.lm.model} -> {out} ({self.groups_per_step} groups a step, "
                       f"temperature {cfg.grpo.temperature}, lr {lr})", highlight=False)
         if self.valset and self.student is not None and self.metric is not None:
@@ -253,6 +255,7 @@ class RlftReinforceJob(ReinforceJob):
         self.steps += 1
         record["step"] = self.steps
         self.watcher.log(record)
+        self.step_ends.append(time.time())
         if self.valset and self.student is not None and self.metric is not None and \
                 self.steps % self.holdout_every == 0:
             self._heldout(self.steps)
