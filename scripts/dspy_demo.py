@@ -128,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import dspy
+    from dspy.teleprompt.grpo import GRPO
 
     import rlft.dspy
-    from dspy.teleprompt.grpo import GRPO
 
     make, metric, trainset, devset = task(args.task, args.train, args.eval)
     out = Path(args.out)
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"after GRPO: {score:.1f} ({wall:.0f} s)", flush=True)
 
     print(f"\n{args.task}: held-out score (dspy.Evaluate, {len(devset)} rows, greedy), {args.model} + LoRA")
-    print(f"| stage | held-out | vs before | wall time | rollouts | model |\n|---|---|---|---|---|---|")
+    print("| stage | held-out | vs before | wall time | rollouts | model |\n|---|---|---|---|---|---|")
     for name, score, wall, rollouts, model in rows:
         print(f"| {name} | {score:.1f} | {score - base:+.1f} | {wall / 60:.1f} min | {rollouts} | {model} |")
     return 0

@@ -9,8 +9,8 @@ import time
 
 
 def test_cli_import_does_not_import_heavy_libraries():
-    code = ("import sys, rlft.cli; heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'peft', 'dspy', 'litellm') "
-            "if m in sys.modules]; print(','.join(heavy))")
+    code = ("import sys, rlft.cli; heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'peft', 'dspy', "
+            "'litellm') if m in sys.modules]; print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"imported at CLI load: {out.stdout.strip()}"
 

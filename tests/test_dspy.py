@@ -47,7 +47,7 @@ def job(tmp_path, tiny_dir):
 
 def test_engine_answers_a_predict_and_batches_threads(tiny_dir):
     import rlft.dspy
-    from rlft.dspy.lm import shared_engine
+    from rlft.dspy.config import shared_engine
 
     lm = rlft.dspy.local_lm("tiny", max_tokens=8)
     predict = dspy.Predict("question -> answer")
@@ -77,7 +77,7 @@ def test_engine_answers_a_predict_and_batches_threads(tiny_dir):
 def test_engine_takes_temperature_and_max_tokens_from_the_request(tiny_dir):
     from dspy.lm15 import Config, Message, Request
 
-    from rlft.dspy.lm import shared_engine
+    from rlft.dspy.config import shared_engine
 
     engine = shared_engine()
     short = engine.complete(Request(model="tiny", messages=(Message.user("hello"),), config=Config(max_tokens=3)))
@@ -215,7 +215,8 @@ def test_grpo_loss_gives_trls_gradient(tiny_dir, tmp_path):
         for m in g:
             text = tok.apply_chat_template(m["messages"], tokenize=False, add_generation_prompt=True)
             prompts.append(tok(text, add_special_tokens=False)["input_ids"])
-            completions.append(tok(m["completion"]["content"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+            ids = tok(m["completion"]["content"], add_special_tokens=False)["input_ids"]
+            completions.append(ids + [tok.eos_token_id])
     total = sum(len(c) for c in completions)
     plen, clen = max(map(len, prompts)), max(map(len, completions))
     pad = tok.pad_token_id

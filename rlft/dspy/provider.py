@@ -4,7 +4,7 @@
 on the thread it starts (BootstrapFinetune then waits on `job.result()`). Here it is an rlft SFT run through
 rlft.methods.common.train, the code path `rlft sft` takes: DSPy's {"messages": [...]} rows are written to
 `<output_dir>.train.jsonl` beside the run folder (the run's config.yaml names that file), the model is
-`model` (LoRA by default, rlft.dspy.lm.DSPY_DEFAULTS), and the run folder is like any other (config.yaml,
+`model` (LoRA by default, rlft.dspy.config.DSPY_DEFAULTS), and the run folder is like any other (config.yaml,
 versions.json, metrics.jsonl, summary.json, report, the final model). The id returned is the run folder's
 path: the LM DSPy copies from it (`lm.copy(model=id)`) is served the new weights by the same engine, and
 `rlft eval / merge / export / chat --model <id>` take it as any run.
@@ -82,7 +82,7 @@ class RlftProvider(Provider):
 def finetune(job, model: str, train_data: list[dict[str, Any]], train_data_format, train_kwargs: dict[str, Any],
              console=None) -> str:
     """One rlft SFT run on DSPy's chat rows; the run folder's path (module docstring)."""
-    from rlft.dspy.lm import resolve
+    from rlft.dspy.config import resolve
     from rlft.methods import sft
     from rlft.methods.common import train
     from rlft.run import check_run_folder

@@ -5,7 +5,7 @@ metric and hands the backend text-only groups: `step(train_data=[{"batch_id": i,
 "completion": {"role": "assistant", "content": "..."}, "reward": r}, ...]}, ...], "grpo_chat")`. It sends one
 group per id that `get_status()["pending_batch_ids"]` lists and waits, with no timeout, until some id is
 listed. This job:
-- `initialize`: resolves an rlft `grpo` config from the LM's and GRPO's train_kwargs (rlft.dspy.lm), loads
+- `initialize`: resolves an rlft `grpo` config from the LM's and GRPO's train_kwargs (rlft.dspy.config), loads
   the policy (LoRA by default, rlft.precision's dtype), attaches rlft.sampling's copy on the CPU, opens a
   normal run folder (config.yaml, versions.json, summary.json, metrics.jsonl) and has the engine serve the
   policy under the LM's model name, sampled at grpo.temperature while the job is open;
@@ -136,7 +136,7 @@ class RlftReinforceJob(ReinforceJob):
     # --- lifecycle ---------------------------------------------------------------------------------------
     def initialize(self):
         from rlft import precision
-        from rlft.dspy.lm import resolve, shared_engine
+        from rlft.dspy.config import resolve, shared_engine
         from rlft.methods.common import load_run_tokenizer
         from rlft.models import load_model
         from rlft.monitor import Watcher
