@@ -97,7 +97,7 @@ def test_bad_model_and_bad_key_fail_in_one_line(tmp_path):
         rlft.dspy.local_lm("tiny", lr=1e-4)
 
 
-def test_finetune_is_an_rlft_run_whose_id_loads(tmp_path, tiny_dir):
+def test_finetune_is_an_rlft_run_whose_id_loads(tmp_path, tiny_dir, cli):
     import rlft.dspy
     from rlft.dspy.provider import RlftProvider
     from rlft.models import load_for_inference
@@ -111,7 +111,9 @@ def test_finetune_is_an_rlft_run_whose_id_loads(tmp_path, tiny_dir):
     assert summary["status"] == "completed" and summary["global_step"] == 2
     assert (out / "config.yaml").is_file() and (out / "metrics.jsonl").is_file()
     assert (tmp_path / "ft.train.jsonl").read_text().count("\n") == 12
-    load_for_inference(model_id)  # what rlft eval / merge / chat load
+    load_for_inference(model_id)  # what rlft eval / chat load
+    merged = cli("merge", model_id, "-o", tmp_path / "merged")
+    assert merged.code == 0 and (tmp_path / "merged" / "config.json").is_file(), merged.text
     lm = rlft.dspy.local_lm(model_id, max_tokens=4)
     with dspy.context(lm=lm):
         assert isinstance(dspy.Predict("question -> answer")(question="1 + 1?").answer, str)
