@@ -22,7 +22,7 @@ def _group(rewards, completions=("yes", "no")):
 def _logps(job, completion: str) -> float:
     import torch
 
-    from rlft.dspy.reinforce import completion_logps
+    from rlft.dspy.scoring import completion_logps
 
     p, c = job.render({"messages": GROUP_PROMPT, "completion": {"content": completion}})
     with torch.no_grad():
@@ -194,7 +194,8 @@ def test_grpo_loss_gives_trls_gradient(tiny_dir, tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlft.dspy.reinforce import completion_logps, group_advantages, grpo_loss
+    from rlft.dspy.reinforce import group_advantages, grpo_loss
+    from rlft.dspy.scoring import completion_logps
     from rlft.models import load_tokenizer
 
     tok = load_tokenizer("tiny")
@@ -243,3 +244,27 @@ def test_grpo_loss_gives_trls_gradient(tiny_dir, tmp_path):
     # TRL scores through the model's fused LM head (chunked log-softmax): the same math in another order
     assert float((a - b).norm() / b.norm()) < 1e-2, float((a - b).norm() / b.norm())
     assert float(torch.nn.functional.cosine_similarity(a, b, dim=0)) > 0.9999
+
+
+def test_a_literal_field_is_answered_by_guided_choice(tiny_dir):
+    from typing import Literal
+
+    import rlft.dspy
+    from rlft.dspy.engine import dspy_choices
+
+    Mood = dspy.Signature({"review": (str, dspy.InputField()),
+                           "mood": (Literal["positive", "negative"], dspy.OutputField())},
+                          "Is the review positive or negative?")
+
+    msgs = dspy.ChatAdapter().format(Mood, demos=[], inputs={"review": "ok"})
+    assert dspy_choices(msgs) == ["positive", "negative"]
+    plain = dspy.ChatAdapter().format(dspy.Predict("q -> a").signature, demos=[], inputs={"q": "x"})
+    assert dspy_choices(plain) is None
+    lm = rlft.dspy.local_lm("tiny")
+    with dspy.context(lm=lm):
+        answers = {dspy.Predict(Mood)(review=f"review {i}").mood for i in range(3)}
+    assert answers <= {"positive", "negative"}  # the tiny model never writes either unaided
+    hot = lm.copy(temperature=2.0)
+    with dspy.context(lm=hot):
+        sampled = [dspy.Predict(Mood)(review="same").mood for _ in range(12)]
+    assert set(sampled) == {"positive", "negative"}

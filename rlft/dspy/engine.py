@@ -15,7 +15,10 @@ cache, retries, history, callbacks and its `n` fan-out: n candidates are n calls
   blank line (ChatAdapter puts one between a value and the next marker; what a small model rambles on with
   after it would fail DSPy's parse). This is where it departs from a plain chat server: a 135M model given
   DSPy's prompt writes Python or prose instead of the markers (every answer a parse failure, so
-  BootstrapFinetune keeps no trace and every GRPO group scores format_failure_score alike). Requests in
+  BootstrapFinetune keeps no trace and every GRPO group scores format_failure_score alike). A single output
+  field DSPy states the values of (a `Literal[...]` or a `bool`) is answered by guided choice: each value's
+  log-prob after the header is scored in one forward pass and the most likely one is answered (sampled from
+  their softmax at the request's temperature), as vLLM's guided_choice does. Requests in
   another format (JSONAdapter's retry, plain chats) are served as they are. `dspy_format=False` switches it off;
 - batches: requests that arrive together (DSPy's Evaluate / bootstrap threads) wait up to `window` seconds for
   each other and go through one `generate` per distinct (temperature, top_p), padded on the left. On the CPU a
@@ -40,6 +43,31 @@ MAX_BATCH = 64
 DSPY_END_MARKER = "[[ ## completed ## ]]"
 _FIRST_FIELD = re.compile(r"starting with the field `(\[\[ ## \w+ ## \]\])`")
 _OUTPUTS = re.compile(r"Your output fields are:\n(.*?)\nAll interactions", re.S)
+
+
+_LITERAL = re.compile(r"must be formatted as a valid Python Literal\[(.*?)\]\)")
+_BOOL = re.compile(r"must be formatted as a valid Python bool\)")
+
+
+def dspy_choices(messages: list[dict[str, str]]) -> list[str] | None:
+    """The values a single Literal (or bool) output field may take, as DSPy's ChatAdapter states them in the
+    request's last user message; None for any other request."""
+    import ast
+
+    prefix, single = dspy_shape(messages)
+    if not single:
+        return None
+    last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    if _BOOL.search(last):
+        return ["True", "False"]
+    found = _LITERAL.search(last)
+    if not found:
+        return None
+    try:
+        values = ast.literal_eval("[" + found.group(1) + "]")
+    except (ValueError, SyntaxError):
+        return None
+    return [str(v) for v in values] if values and len(values) <= 64 else None
 
 
 def dspy_shape(messages: list[dict[str, str]]) -> tuple[str, bool]:
@@ -181,10 +209,15 @@ class LocalEngine:
         for slot in batch:
             c = slot.request.config
             single = self.dspy_format and dspy_shape(self.messages(slot.request))[1]
-            groups.setdefault((slot.request.model, float(c.temperature or 0.0), c.top_p, single), []).append(slot)
-        for (name, temperature, top_p, single), slots in groups.items():
+            choice = single and dspy_choices(self.messages(slot.request)) is not None
+            key = (slot.request.model, float(c.temperature or 0.0), c.top_p, single, choice)
+            groups.setdefault(key, []).append(slot)
+        for (name, temperature, top_p, single, choice), slots in groups.items():
             try:
-                responses = self.generate(name, [s.request for s in slots], temperature, top_p, single)
+                if choice:
+                    responses = self.choose(name, [s.request for s in slots], temperature)
+                else:
+                    responses = self.generate(name, [s.request for s in slots], temperature, top_p, single)
                 for s, r in zip(slots, responses):
                     s.response = r
             except BaseException as exc:  # noqa: BLE001 - every waiter gets the error, none hangs
@@ -197,6 +230,54 @@ class LocalEngine:
                     self._cond.notify_all()
 
     # --- generation ---------------------------------------------------------------------------------------
+    def choose(self, name: str, requests: list, temperature: float) -> list:
+        """Guided choice for a single Literal / bool field: score each allowed value's tokens after the prompt
+        and the field header (one forward over every row x value), answer the most likely one (greedy) or one
+        drawn from softmax(log-prob / temperature); the answer is DSPy's format, ended by its completed marker."""
+        import torch
+        from dspy.lm15 import Message, Response, TextPart, Usage
+
+        from rlft.dspy.scoring import completion_logps
+
+        served = self.served(name)
+        tok, model = served.tok, served.model
+        prompts, conts, spans = [], [], []
+        for r in requests:
+            msgs = self.messages(r)
+            prefix = dspy_shape(msgs)[0]
+            text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) + prefix
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            values = dspy_choices(msgs)
+            spans.append((prefix, values, len(conts), len(ids)))
+            for v in values:
+                prompts.append(ids)
+                conts.append(tok(v + "\n\n", add_special_tokens=False)["input_ids"])
+        with served.lock, torch.no_grad():
+            was_training = model.training
+            model.eval()
+            try:
+                scores = []
+                for k in range(0, len(prompts), 16):
+                    logps, mask = completion_logps(model, prompts[k:k + 16], conts[k:k + 16],
+                                                   tok.pad_token_id or 0)
+                    scores += (logps * mask).sum(-1).tolist()
+            finally:
+                model.train(was_training)
+        self.batches.append(len(requests))
+        out = []
+        for r, (prefix, values, start, n_prompt) in zip(requests, spans):
+            s = torch.tensor(scores[start:start + len(values)])
+            if temperature > 0:
+                pick = int(torch.multinomial(torch.softmax(s / temperature, -1), 1))
+            else:
+                pick = int(s.argmax())
+            text = f"{prefix}{values[pick]}\n\n{DSPY_END_MARKER}"
+            n_out = len(conts[start + pick])
+            out.append(Response(id=None, model=r.model, message=Message.assistant([TextPart(text)]),
+                                finish_reason="stop", usage=Usage(input_tokens=n_prompt, output_tokens=n_out,
+                                                                  total_tokens=n_prompt + n_out)))
+        return out
+
     @staticmethod
     def messages(request) -> list[dict[str, str]]:
         """The request as chat-template messages: system first, then each message's text."""

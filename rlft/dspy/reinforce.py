@@ -44,6 +44,7 @@ from typing import Any
 
 from dspy.clients.provider import ReinforceJob
 
+from rlft.dspy.scoring import completion_logps
 from rlft.errors import UserError
 
 DEFAULT_GROUPS_PER_STEP = 4
@@ -63,30 +64,6 @@ def group_advantages(rewards: list[float]) -> list[float]:
     if torch.isclose(std, torch.zeros_like(std)):
         return [0.0] * len(rewards)
     return ((r - r.mean()) / (std + STD_EPS)).tolist()
-
-
-def completion_logps(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int):
-    """Per-token log-probs of each completion after its prompt (rows right-padded): (logps, mask), both
-    (rows, longest completion)."""
-    import torch
-
-    rows = len(prompt_ids)
-    plen = max(len(p) for p in prompt_ids)
-    clen = max(len(c) for c in completion_ids)
-    device = next(model.parameters()).device
-    # prompts left-padded, completions right-padded: every completion starts at column plen, as in TRL
-    ids = torch.full((rows, plen + clen), pad_id, dtype=torch.long)
-    att = torch.zeros((rows, plen + clen), dtype=torch.long)
-    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
-        ids[i, plen - len(p):plen] = torch.tensor(p)
-        att[i, plen - len(p):plen] = 1
-        ids[i, plen:plen + len(c)] = torch.tensor(c)
-        att[i, plen:plen + len(c)] = 1
-    ids, att = ids.to(device), att.to(device)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, plen - 1:-1].float()
-    target = ids[:, plen:]
-    logps = torch.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    return logps, att[:, plen:].to(logps.dtype)
 
 
 def grpo_loss(logps, mask, advantages, total_tokens: float):
