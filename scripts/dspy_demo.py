@@ -55,7 +55,9 @@ def triage_program():
         """Classify the support ticket into one of: billing, bug, account, shipping."""
 
         ticket: str = dspy.InputField()
-        label: str = dspy.OutputField(desc="one word: billing, bug, account or shipping")
+        # Typed, so rlft's engine answers by guided choice: given DSPy's prompt with a plain `str` field,
+        # SmolLM2-135M writes the template's placeholder ("{ticket}") or "[#]" lines (docs/dspy.md)
+        label: Literal["billing", "bug", "account", "shipping"] = dspy.OutputField()
 
     return dspy.Predict(Triage)
 
