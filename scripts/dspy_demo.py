@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         student = make()
         student.set_lm(lm_b)
         tuned = dspy.BootstrapFinetune(metric=metric, num_threads=16).compile(student, trainset=trainset,
-                                                                              teacher=student)
+                                                                              teacher=student.deepcopy())
         wall = time.time() - t
         score = evaluate(tuned, devset, metric)
         rows.append(("BootstrapFinetune", score, wall, len(trainset), tuned.predictors()[0].lm.model))

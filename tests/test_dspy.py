@@ -268,3 +268,54 @@ def test_a_literal_field_is_answered_by_guided_choice(tiny_dir):
     with dspy.context(lm=hot):
         sampled = [dspy.Predict(Mood)(review="same").mood for _ in range(12)]
     assert set(sampled) == {"positive", "negative"}
+
+
+def _mood():
+    from typing import Literal
+
+    return dspy.Signature({"review": (str, dspy.InputField()),
+                           "mood": (Literal["positive", "negative"], dspy.OutputField())},
+                          "Is the review positive or negative?")
+
+
+def _reviews(n):
+    return [dspy.Example(review=f"review number {i}", mood="positive" if i % 2 else "negative").with_inputs("review")
+            for i in range(n)]
+
+
+def _exact(example, prediction, trace=None):
+    return float(prediction.mood == example.mood)
+
+
+def test_bootstrap_finetune_compiles_through_rlft(tiny_dir, tmp_path):
+    import rlft.dspy
+
+    lm = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "bf"), max_steps=2)
+    program = dspy.Predict(_mood())
+    program.set_lm(lm)
+    tuned = dspy.BootstrapFinetune(metric=lambda e, p, t=None: 1.0, num_threads=4).compile(
+        program, trainset=_reviews(6), teacher=program.deepcopy())
+    assert tuned.predictors()[0].lm.model == str((tmp_path / "bf").resolve())
+    assert json.loads((tmp_path / "bf" / "summary.json").read_text())["train_rows"] == 6
+    assert tuned(review="review number 1").mood in ("positive", "negative")
+
+
+def test_dspy_grpo_compiles_through_rlft(tiny_dir, tmp_path):
+    from dspy.teleprompt.grpo import GRPO
+
+    import rlft.dspy
+
+    lm = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "g"))
+    program = dspy.Predict(_mood())
+    program.set_lm(lm)
+    opt = GRPO(metric=_exact, num_train_steps=2, num_dspy_examples_per_grpo_step=2, num_rollouts_per_grpo_step=4,
+               exclude_demos=True, num_threads=8, num_steps_for_val=10 ** 6)
+    tuned = opt.compile(program, trainset=_reviews(8), valset=_reviews(4))
+    out = tmp_path / "g"
+    assert tuned.predictors()[0].lm.model == str(out.resolve())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["global_step"] == 2
+    assert summary["groups_per_step"] == 2  # read from the calling GRPO
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in history if "heldout/pass_at_1" in r] == [0]  # the start check (every 5 steps)
+    assert sum(r.get("groups", 0) for r in history) == 4 and (out / "adapter_config.json").is_file()
