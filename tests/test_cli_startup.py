@@ -9,8 +9,8 @@ import time
 
 
 def test_cli_import_does_not_import_heavy_libraries():
-    code = ("import sys, rlft.cli; heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'peft') "
-            "if m in sys.modules]; print(','.join(heavy))")
+    code = ("import sys, rlft.cli; heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'peft', 'dspy', "
+            "'litellm') if m in sys.modules]; print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"imported at CLI load: {out.stdout.strip()}"
 
@@ -42,3 +42,18 @@ def test_root_help_skips_the_rich_help_renderer_and_commands_keep_it():
     rich = subprocess.run([sys.executable, "-m", "rlft", "dpo", "--help"], capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": "120"})
     assert rich.returncode == 0 and "─ Run ─" in rich.stdout
+
+
+def test_help_does_not_import_dspy():
+    """`rlft --help` (the whole root help, not only the import of rlft.cli) loads neither dspy nor rlft.dspy."""
+    code = ("import sys\nfrom rlft.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('|' + ','.join(m for m in ('dspy', 'rlft.dspy', 'litellm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.rsplit("|", 1)[1].strip() == ""
+
+
+def test_importing_rlft_dspy_loads_nothing_heavy():
+    """`import rlft.dspy` is free: dspy, torch and transformers load when local_lm is called."""
+    code = ("import sys, rlft.dspy; print(','.join(m for m in ('dspy', 'torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

@@ -133,7 +133,8 @@ def test_layers_point_down():
     wrong = []
     for name, deps in g.items():
         for dep in deps:
-            if _method(dep) and not name.startswith("rlft.commands.") and _method(name) != _method(dep):
+            # rlft.dspy drives a method (finetune is an SFT run) the way a command does: the other entry point
+            if _method(dep) and not name.startswith(("rlft.commands.", "rlft.dspy.")) and _method(name) != _method(dep):
                 wrong.append(f"{name} imports the method {dep}")
             if dep.startswith("rlft.commands.") and dep != "rlft.commands.options" and name != "rlft.cli":
                 wrong.append(f"{name} imports the command {dep}")
@@ -238,7 +239,7 @@ def test_shared_options_sit_in_the_run_panel_after_the_method_flags(cli):
 
 # A concept with several modules is a package; the rest of rlft/ is flat. Demos and other drivers of the CLI
 # live outside the library (scripts/), so nothing in rlft/ but `python -m rlft` imports rlft.cli.
-PACKAGES = {"commands", "methods", "verifiers", "choose"}
+PACKAGES = {"commands", "methods", "verifiers", "choose", "dspy"}
 
 
 def test_package_layout():
@@ -256,3 +257,19 @@ def test_only_the_entry_point_drives_the_cli():
     g = graph()
     drivers = sorted(name for name, deps in g.items() if "rlft.cli" in deps)
     assert drivers == ["rlft.__main__"], f"drive the CLI from scripts/, not from the library: {drivers}"
+
+
+def test_only_rlft_dspy_imports_dspy():
+    """The dspy library (an optional extra) is imported by rlft.dspy alone, and rlft.dspy imports no command."""
+    users = []
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(m == "dspy" or m.startswith("dspy.") for m in mods):
+                users.append(name)
+    assert users and all(u == "rlft.dspy" or u.startswith("rlft.dspy.") for u in users), sorted(set(users))
+    g = graph()
+    assert not [d for n, deps in g.items() if n.startswith("rlft.dspy") for d in deps
+                if d.startswith("rlft.commands") or d == "rlft.cli"]

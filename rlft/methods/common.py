@@ -289,7 +289,8 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
 
 
 def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume: bool = False,
-          console: Console | None = None, on_check: Callable | None = None) -> RunResult:
+          console: Console | None = None, on_check: Callable | None = None,
+          interrupt: Interrupt | None = None) -> RunResult:
     """Run one TRL-backed training job end to end; see the module docstring.
 
     The run is watched (rlft.methods.callback: alarms, samples, the held-out check of `watch`); with
@@ -303,7 +304,7 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
                               console=console, held_out=True)
     out, console, ckpt = run.out, run.console, run.checkpoint
     run.watch.on_check = on_check
-    interrupt = Interrupt()
+    interrupt = interrupt or Interrupt()  # a caller may pass its own (one it can set from another thread)
     callback = None
     with run.record.closing_on_error():  # from here on, any ending is recorded in summary.json
         try:

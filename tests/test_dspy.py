@@ -1,0 +1,321 @@
+"""rlft.dspy on the tiny model: the engine answers DSPy, finetune is an rlft run, the ReinforceJob's GRPO step."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import pytest
+
+dspy = pytest.importorskip("dspy")
+
+GROUP_PROMPT = [{"role": "user", "content": "Say yes or no."}]
+
+
+def _group(rewards, completions=("yes", "no")):
+    return [{"messages": GROUP_PROMPT, "completion": {"role": "assistant", "content": c}, "reward": r}
+            for c, r in zip(completions, rewards)]
+
+
+def _logps(job, completion: str) -> float:
+    import torch
+
+    from rlft.dspy.scoring import completion_logps
+
+    p, c = job.render({"messages": GROUP_PROMPT, "completion": {"content": completion}})
+    with torch.no_grad():
+        logps, mask = completion_logps(job.model, [p], [c], job.tok.pad_token_id)
+    return float((logps * mask).sum())
+
+
+def _lora(job):
+    return {k: v.detach().clone() for k, v in job.model.state_dict().items() if "lora_" in k}
+
+
+@pytest.fixture
+def job(tmp_path, tiny_dir):
+    import rlft.dspy
+
+    lm = rlft.dspy.local_lm("tiny", lora=True, learning_rate=5e-3, output_dir=str(tmp_path / "grpo"),
+                            groups_per_step=1)
+    j = lm.reinforce(train_kwargs={"num_generations": 2})
+    yield j
+    j._restore()
+
+
+def test_engine_answers_a_predict_and_batches_threads(tiny_dir):
+    import rlft.dspy
+    from rlft.dspy.config import shared_engine
+
+    lm = rlft.dspy.local_lm("tiny", max_tokens=8)
+    predict = dspy.Predict("question -> answer")
+    with dspy.context(lm=lm):
+        first = predict(question="What is 2 + 2?")
+        again = predict(question="What is 2 + 2?")
+    assert isinstance(first.answer, str) and first.answer == again.answer  # greedy: the same answer twice
+    out = lm.history[-1]["outputs"][0]
+    assert out.startswith("[[ ## answer ## ]]\n")  # the ChatAdapter's first field, started by the engine
+    engine = shared_engine()
+    before = len(engine.batches)
+    results = [None] * 6
+
+    def ask(i):
+        with dspy.context(lm=lm):
+            results[i] = predict(question=f"What is {i} + 1?").answer
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(isinstance(r, str) for r in results)
+    assert max(engine.batches[before:]) >= 2, engine.batches[before:]  # arrivals together: one generate
+
+
+def test_engine_takes_temperature_and_max_tokens_from_the_request(tiny_dir):
+    from dspy.lm15 import Config, Message, Request
+
+    from rlft.dspy.config import shared_engine
+
+    engine = shared_engine()
+    short = engine.complete(Request(model="tiny", messages=(Message.user("hello"),), config=Config(max_tokens=3)))
+    assert short.usage.output_tokens <= 3
+    hot = [engine.complete(Request(model="tiny", messages=(Message.user("hello"),),
+                                   config=Config(max_tokens=12, temperature=2.0))).text for _ in range(4)]
+    assert len(set(hot)) > 1  # sampled, not greedy
+
+
+def test_bad_model_and_bad_key_fail_in_one_line(tmp_path):
+    import rlft.dspy
+    from rlft.errors import UserError
+
+    with pytest.raises(UserError, match="not a folder here"):
+        rlft.dspy.local_lm(str(tmp_path / "nope"))
+    with pytest.raises(UserError, match="unknown rlft.dspy train_kwargs key 'lr'"):
+        rlft.dspy.local_lm("tiny", lr=1e-4)
+
+
+def test_finetune_is_an_rlft_run_whose_id_loads(tmp_path, tiny_dir, cli):
+    import rlft.dspy
+    from rlft.dspy.provider import RlftProvider
+    from rlft.models import load_for_inference
+
+    rows = [{"messages": [{"role": "user", "content": f"{i} + 1?"}, {"role": "assistant", "content": str(i + 1)}]}
+            for i in range(12)]
+    out = tmp_path / "ft"
+    model_id = RlftProvider.finetune(None, "tiny", rows, "chat", {"output_dir": str(out), "max_steps": 2})
+    assert model_id == str(out.resolve())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["global_step"] == 2
+    assert (out / "config.yaml").is_file() and (out / "metrics.jsonl").is_file()
+    assert (tmp_path / "ft.train.jsonl").read_text().count("\n") == 12
+    load_for_inference(model_id)  # what rlft eval / chat load
+    merged = cli("merge", model_id, "-o", tmp_path / "merged")
+    assert merged.code == 0 and (tmp_path / "merged" / "config.json").is_file(), merged.text
+    lm = rlft.dspy.local_lm(model_id, max_tokens=4)
+    with dspy.context(lm=lm):
+        assert isinstance(dspy.Predict("question -> answer")(question="1 + 1?").answer, str)
+
+
+def test_finetune_through_dspy_lm_returns_an_lm_on_the_new_model(tmp_path, tiny_dir):
+    import rlft.dspy
+
+    lm = rlft.dspy.local_lm("tiny", output_dir=str(tmp_path / "ft2"), max_steps=1)
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}] * 4
+    tuned = lm.finetune(rows, "chat").result()
+    assert tuned.model == str((tmp_path / "ft2").resolve()) and tuned.provider.finetunable
+
+
+def test_step_moves_the_high_reward_completion_up_and_the_low_one_down(job):
+    yes, no = _logps(job, "yes"), _logps(job, "no")
+    record = job.step([{"batch_id": 0, "group": _group([1.0, 0.0])}], "grpo_chat")
+    assert record["frac_reward_zero_std"] == 0.0 and record["rollouts"] == 2
+    assert _logps(job, "yes") > yes and _logps(job, "no") < no
+
+
+def test_equal_rewards_change_nothing_and_are_counted(job):
+    before = _lora(job)
+    record = job.step([{"batch_id": 0, "group": _group([0.5, 0.5])}], "grpo_chat")
+    after = _lora(job)
+    assert record["frac_reward_zero_std"] == 1.0
+    assert all(bool((before[k] == after[k]).all()) for k in before)
+    history = [json.loads(line) for line in (job.out / "metrics.jsonl").read_text().splitlines()]
+    assert history[-1]["frac_reward_zero_std"] == 1.0
+
+
+def test_get_status_lists_the_next_batch_id(job):
+    assert job.get_status()["pending_batch_ids"] == [0]
+    job.step([{"batch_id": 0, "group": _group([1.0, 0.0])}], "grpo_chat")
+    assert job.get_status()["pending_batch_ids"] == [1]
+
+
+def test_the_policy_is_what_the_engine_serves_next(job):
+    assert job.engine.served(job.lm.model).model is job.model
+    assert job.lm.kwargs["temperature"] == job.cfg.grpo.temperature  # sampled while the job is open
+
+
+def test_closed_and_interrupted_jobs_fail_in_one_line(job, tmp_path):
+    job.terminate()
+    assert json.loads((job.out / "summary.json").read_text())["status"] == "completed"
+    assert job.lm.model == str(job.out) and (job.out / "adapter_config.json").is_file()
+    for call in (lambda: job.step([_group([1.0, 0.0])], "grpo_chat"), job.get_status):
+        with pytest.raises(RuntimeError) as err:
+            call()
+        assert "\n" not in str(err.value) and "terminated" in str(err.value)
+
+
+def test_ctrl_c_closes_the_job_with_a_checkpoint(tiny_dir, tmp_path):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    import rlft.dspy
+
+    lm = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "g"), groups_per_step=1)
+    job = lm.reinforce(train_kwargs={})
+    job.step([_group([1.0, 0.0])], "grpo_chat")
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        signal.sigtimedwait([], 0) if hasattr(signal, "sigtimedwait") else None
+    summary = json.loads((job.out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and (job.out / "checkpoint-1" / "adapter_config.json").is_file()
+    with pytest.raises(RuntimeError, match="interrupted") as err:
+        job.step([_group([1.0, 0.0])], "grpo_chat")
+    assert "\n" not in str(err.value)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        job.get_status()  # DSPy's wait loop ends here instead of polling forever
+    assert signal.getsignal(signal.SIGINT) is not job._on_sigint
+
+
+def test_grpo_loss_gives_trls_gradient(tiny_dir, tmp_path):
+    """rlft's loss against TRL's GRPOTrainer._compute_loss on the same groups (dapo, beta 0, one iteration):
+    the same value and the same LoRA gradients."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlft.dspy.reinforce import group_advantages, grpo_loss
+    from rlft.dspy.scoring import completion_logps
+    from rlft.models import load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    tok.padding_side = "left"
+    args = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=8, report_to="none", use_cpu=True, beta=0.0)
+    trainer = GRPOTrainer(model=str(tiny_dir), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                          args=args, train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}), processing_class=tok,
+                          peft_config=__import__("peft").LoraConfig(r=4, target_modules="all-linear"))
+    model = trainer.model
+    with torch.no_grad():  # a non-zero adapter, so the gradients reach every LoRA matrix
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.02)
+    model.eval()
+    groups = [_group([1.0, 0.0, 0.5, 0.0], ["yes", "no", "maybe so", "no no no"])]
+    prompts, completions, advantages = [], [], []
+    for g in groups:
+        advantages += group_advantages([m["reward"] for m in g])
+        for m in g:
+            text = tok.apply_chat_template(m["messages"], tokenize=False, add_generation_prompt=True)
+            prompts.append(tok(text, add_special_tokens=False)["input_ids"])
+            ids = tok(m["completion"]["content"], add_special_tokens=False)["input_ids"]
+            completions.append(ids + [tok.eos_token_id])
+    total = sum(len(c) for c in completions)
+    plen, clen = max(map(len, prompts)), max(map(len, completions))
+    pad = tok.pad_token_id
+    inputs = {
+        "prompt_ids": torch.tensor([[pad] * (plen - len(p)) + p for p in prompts]),
+        "prompt_mask": torch.tensor([[0] * (plen - len(p)) + [1] * len(p) for p in prompts]),
+        "completion_ids": torch.tensor([c + [pad] * (clen - len(c)) for c in completions]),
+        "completion_mask": torch.tensor([[1] * len(c) + [0] * (clen - len(c)) for c in completions]),
+        "advantages": torch.tensor(advantages, dtype=torch.float32),
+        "num_items_in_batch": torch.tensor(float(total)),
+    }
+    params = [p for p in model.parameters() if p.requires_grad]
+    trl_loss = trainer._compute_loss(model, inputs)
+    trl_grads = torch.autograd.grad(trl_loss, params)
+    logps, mask = completion_logps(model, prompts, completions, pad)
+    ours = grpo_loss(logps, mask, torch.tensor(advantages, dtype=logps.dtype), total)
+    our_grads = torch.autograd.grad(ours, params)
+    assert torch.allclose(ours, trl_loss, atol=1e-6)
+    assert sum(float(g.abs().sum()) for g in our_grads) > 0
+    a = torch.cat([g.flatten() for g in our_grads])
+    b = torch.cat([g.flatten() for g in trl_grads])
+    # TRL scores through the model's fused LM head (chunked log-softmax): the same math in another order
+    assert float((a - b).norm() / b.norm()) < 1e-2, float((a - b).norm() / b.norm())
+    assert float(torch.nn.functional.cosine_similarity(a, b, dim=0)) > 0.9999
+
+
+def test_a_literal_field_is_answered_by_guided_choice(tiny_dir):
+    from typing import Literal
+
+    import rlft.dspy
+    from rlft.dspy.engine import dspy_choices
+
+    Mood = dspy.Signature({"review": (str, dspy.InputField()),
+                           "mood": (Literal["positive", "negative"], dspy.OutputField())},
+                          "Is the review positive or negative?")
+
+    msgs = dspy.ChatAdapter().format(Mood, demos=[], inputs={"review": "ok"})
+    assert dspy_choices(msgs) == ["positive", "negative"]
+    plain = dspy.ChatAdapter().format(dspy.Predict("q -> a").signature, demos=[], inputs={"q": "x"})
+    assert dspy_choices(plain) is None
+    lm = rlft.dspy.local_lm("tiny")
+    with dspy.context(lm=lm):
+        answers = {dspy.Predict(Mood)(review=f"review {i}").mood for i in range(3)}
+    assert answers <= {"positive", "negative"}  # the tiny model never writes either unaided
+    hot = lm.copy(temperature=2.0)
+    with dspy.context(lm=hot):
+        sampled = [dspy.Predict(Mood)(review="same").mood for _ in range(12)]
+    assert set(sampled) == {"positive", "negative"}
+
+
+def _mood():
+    from typing import Literal
+
+    return dspy.Signature({"review": (str, dspy.InputField()),
+                           "mood": (Literal["positive", "negative"], dspy.OutputField())},
+                          "Is the review positive or negative?")
+
+
+def _reviews(n):
+    return [dspy.Example(review=f"review number {i}", mood="positive" if i % 2 else "negative").with_inputs("review")
+            for i in range(n)]
+
+
+def _exact(example, prediction, trace=None):
+    return float(prediction.mood == example.mood)
+
+
+def test_bootstrap_finetune_compiles_through_rlft(tiny_dir, tmp_path):
+    import rlft.dspy
+
+    lm = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "bf"), max_steps=2)
+    program = dspy.Predict(_mood())
+    program.set_lm(lm)
+    tuned = dspy.BootstrapFinetune(metric=lambda e, p, t=None: 1.0, num_threads=4).compile(
+        program, trainset=_reviews(6), teacher=program.deepcopy())
+    assert tuned.predictors()[0].lm.model == str((tmp_path / "bf").resolve())
+    assert json.loads((tmp_path / "bf" / "summary.json").read_text())["train_rows"] == 6
+    assert tuned(review="review number 1").mood in ("positive", "negative")
+
+
+def test_dspy_grpo_compiles_through_rlft(tiny_dir, tmp_path):
+    from dspy.teleprompt.grpo import GRPO
+
+    import rlft.dspy
+
+    lm = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "g"))
+    program = dspy.Predict(_mood())
+    program.set_lm(lm)
+    opt = GRPO(metric=_exact, num_train_steps=2, num_dspy_examples_per_grpo_step=2, num_rollouts_per_grpo_step=4,
+               exclude_demos=True, num_threads=8, num_steps_for_val=10 ** 6)
+    tuned = opt.compile(program, trainset=_reviews(8), valset=_reviews(4))
+    out = tmp_path / "g"
+    assert tuned.predictors()[0].lm.model == str(out.resolve())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["global_step"] == 2
+    assert summary["groups_per_step"] == 2  # read from the calling GRPO
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in history if "heldout/pass_at_1" in r] == [0]  # the start check (every 5 steps)
+    assert sum(r.get("groups", 0) for r in history) == 4 and (out / "adapter_config.json").is_file()
