@@ -109,3 +109,15 @@ def test_choose_recommends_dpo_first_on_store_pairs(cli):
     r = cli("choose", "--data", STORE / "pairs_train.jsonl", "--json")
     assert r.code == 0, r.text
     assert json.loads(r.out)["method"] == "dpo"
+
+
+def test_verify_checks_a_reward_model_against_the_truth(cli, store_runs):
+    r = cli("verify", "support_policy", "-d", STORE / "test.jsonl", "--reward-model", store_runs["rm"], "--model",
+            store_runs["chat"], "--pairs", STORE / "pairs_eval.jsonl", "--limit", "4", "--samples", "2",
+            "--max-new-tokens", "4", "--json")
+    assert r.code == 0, r.text
+    out = json.loads(r.out.strip().splitlines()[-1])
+    assert out["pairs"] == 100 and 0.0 <= out["pair_accuracy"] <= 1.0
+    assert out["agreement_prompts"] == 4 and out["agreement_samples"] == 2
+    r = cli("verify", "support_policy", "-d", STORE / "test.jsonl", "--reward-model", store_runs["rm"])
+    assert r.code == 2 and "--model POLICY" in r.err
