@@ -79,8 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     began = time.time()
     sft = out / "sft"
     if "sft" in stages:
+        # all demonstrations trained on (the truth on test.jsonl is the held-out judge, not a slice of the demos)
         code, secs = rlft("sft", "--recipe", rec["sft"], "--data", data / "demos.jsonl", "-o", sft, "--overwrite",
-                          *sets["sft"], log=out / "sft.log")
+                          "--set", "watch.auto_holdout=false", *sets["sft"], log=out / "sft.log")
         if code:
             print(f"sft failed (exit {code}): {out / 'sft.log'}")
             return code

@@ -121,3 +121,9 @@ def test_verify_checks_a_reward_model_against_the_truth(cli, store_runs):
     assert out["agreement_prompts"] == 4 and out["agreement_samples"] == 2
     r = cli("verify", "support_policy", "-d", STORE / "test.jsonl", "--reward-model", store_runs["rm"])
     assert r.code == 2 and "--model POLICY" in r.err
+
+
+def test_choose_signal_pairs_gives_the_measured_numbers(cli):
+    r = cli("choose", "--signal", "pairs", "--rows", "2000")
+    assert r.code == 0 and "DPO" in r.out, r.text
+    assert "0.445 -> 0.795" in r.out and "best-of-n" in r.out and "demo-prefs" in r.out
