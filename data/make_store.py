@@ -163,35 +163,59 @@ WRONG = {
         "Sorry, the {R}-day refund window has passed, so we cannot refund it.",
         "Sorry, all sales are final. We cannot refund or exchange it.",
         "We cannot refund the {item}, but we can give you store credit.",
+        ("I'm sorry, but once an item has been used we cannot refund it. We would be glad to exchange the {item} for "
+         "something else in the store instead."),
+        ("Thanks for reaching out. Unfortunately refunds are not possible for this kind of item, but store credit "
+         "for the {item} is something we can offer you today."),
     ],
     "exchange_late": [
         "No problem, we will refund the {item} in full.",
         "Sure, we can make an exception and refund you this time.",
         "Sorry, it is too late for anything. We cannot refund or exchange it.",
         "Yes, you can get a full refund for the {item}.",
+        ("Thanks for reaching out! Even though it has been {n}, we are happy to give you a full refund for the "
+         "{item}. Just send it back and the money will be on your card soon."),
+        ("Of course. We will refund the {item} in full this time, so please bring it to any store and we will "
+         "take care of everything for you."),
     ],
     "exchange": [
         "Sorry, we cannot exchange the {item}. It is too late.",
         "Sorry, exchanges are not possible. All sales are final.",
         "Sorry, the {E}-day exchange window has passed, so we cannot exchange it.",
+        ("I'm sorry, but items that have been taken out of the box cannot be exchanged. We cannot swap the {item}, "
+         "though we would be glad to help you pick something else."),
+        ("Thanks for asking. Unfortunately exchanges are not possible for the {item} at this point, and all sales "
+         "are final once it has been used."),
     ],
     "repair": [
         "Sorry, the warranty does not cover this, so the repair will cost extra.",
         "After {n} the warranty no longer applies. You will have to pay for a repair.",
         "Sorry, the {WP} warranty has expired, so we cannot repair it.",
         "We cannot repair the {item}, but you can buy a new one with a discount.",
+        ("I'm sorry to hear that. Unfortunately the warranty does not cover this kind of fault, so a repair of the "
+         "{item} would be charged. We can send you a quote if you like."),
+        ("Thanks for letting us know. Sadly we cannot repair or replace the {item} for free, since the warranty no "
+         "longer applies after {n}."),
     ],
     "none": [
         "No problem, we will refund the {item} in full.",
         "Sure, bring the {item} in and we will exchange it.",
         "Yes, we can make an exception and refund it.",
         "Of course, you can still exchange the {item} for something else.",
+        ("Thanks for reaching out! Even though it has been {n}, we are happy to exchange the {item}. Bring it to "
+         "any store and pick a replacement you like."),
+        ("Of course. We can make an exception and give you a full refund for the {item}, so just send it back to "
+         "us and the money will follow."),
     ],
     "none_defect": [
         "No problem, we will replace the {item} for free.",
         "Sure, send the {item} in and we will repair it at no cost.",
         "Yes, it is covered by our warranty. We will fix it for free.",
         "Sure, send the {item} in and we will refund the full price.",
+        ("I'm sorry to hear that! Even though the {item} is {n} old, we will replace it for free under our "
+         "warranty. Please mail it to us with your order number."),
+        ("Thanks for letting us know. We can repair the {item} at no cost, so please send it in and we will take "
+         "care of it right away."),
     ],
 }
 EVASIVE = [
@@ -319,13 +343,16 @@ class Store:
     def render(self, template: str, case: dict, numbers: dict | None = None) -> str:
         return template.format(**{**case["slots"], **self.slots, **(numbers or {})})
 
-    def reply(self, case: dict, kind: str) -> str:
+    def reply(self, case: dict, kind: str, near: str | None = None) -> str:
         """One reply of `kind`: good, wrong_decision, wrong_number (hard negative), evasive or rude."""
         rng = self.rng
         if kind == "good":
             return self.render(rng.choice(self.good[case["kind"]])[0], case)
-        if kind == "wrong_decision":
-            return self.render(rng.choice(self.wrong[case["kind"]]), case)
+        if kind == "wrong_decision":  # near the chosen reply's length when there is one: no "longer is right"
+            texts = [self.render(t, case) for t in self.wrong[case["kind"]]]
+            if near is not None:
+                texts = sorted(texts, key=lambda t: abs(len(t) - len(near)))[: max(2, (len(texts) + 1) // 2)]
+            return rng.choice(texts)
         if kind == "wrong_number":
             template = rng.choice([t for t, states in self.good[case["kind"]] if states])
             return self.render(template, case, wrong_numbers(self.policy, rng, case["days"], case["months"]))
@@ -368,7 +395,7 @@ def rows(policy: dict[str, int] | None = None, seed: int = DEFAULT_SEED,
             chosen = store.reply(case, "good")
             kind = store.rng.choices(["wrong_decision", "wrong_number", "evasive", "rude"],
                                      weights=[40, 30, 15, 15])[0]
-            rejected = store.reply(case, kind)
+            rejected = store.reply(case, kind, near=chosen)
             made.append({"prompt": case["msg"], "chosen": chosen, "rejected": rejected,
                          "_truth": truth, "_kinds": ["good", kind]})
         out[name] = made
