@@ -127,3 +127,12 @@ def test_choose_signal_pairs_gives_the_measured_numbers(cli):
     r = cli("choose", "--signal", "pairs", "--rows", "2000")
     assert r.code == 0 and "DPO" in r.out, r.text
     assert "0.445 -> 0.795" in r.out and "best-of-n" in r.out and "demo-prefs" in r.out
+
+
+def test_reward_refuses_a_bad_truth_file_before_training(cli, tmp_path):
+    bad = write_jsonl(tmp_path / "t.jsonl", [{"prompt": "hi", "decision": "maybe", "policy": {"refund_days": 30}}])
+    out = tmp_path / "rm"
+    r = cli("reward", "--pairs", STORE / "pairs_train.jsonl", "-o", out, "--max-steps", "1", "--set",
+            f"reward.truth_data={bad}", "--set", "reward.truth_verifier=support_policy")
+    assert r.code == 2 and "decision" in r.err, r.text
+    assert not (out / "metrics.jsonl").exists()

@@ -24,6 +24,13 @@ PAIR_ACCURACY_ROWS = 200  # training pairs scored after training (train_pair_acc
 
 
 def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
+    if cfg.reward.get("truth_data"):  # read and check the truth rows now, not after training
+        from rlft.prefs import truth_rows
+        from rlft.verifiers.loading import load_verifiers
+
+        spec = cfg.reward.get("truth_verifier") or "support_policy"
+        load_verifiers([spec])
+        truth_rows(cfg.reward["truth_data"], spec, int(cfg.reward.get("truth_prompts") or 48), False)
     return Prepared(train_rows, eval_rows, tok=load_run_tokenizer(cfg))
 
 
