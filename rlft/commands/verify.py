@@ -11,6 +11,10 @@ its `gold_fields` attribute, else its required parameters (`fn(completions, answ
 `--gold FIELD` names them outright. A family that cannot be built from the rows (no gold field known,
 a single distinct gold) is reported as "not tested", never as passed. Bad input (unknown verifier,
 bad JSON, a missing or unparseable gold field) is a UserError: `error: ...` and exit 2.
+
+With `--reward-model RM --model POLICY` the verifier is the truth a reward model is checked against: replies
+sampled from POLICY for the rows' prompts are scored by both, and the share of the truth's pairs the reward model
+orders right is printed (rlft/prefs.py), with its pair accuracy on `--pairs`.
 """
 
 from __future__ import annotations
