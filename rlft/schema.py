@@ -226,6 +226,15 @@ SCHEMA: dict[str, dict[str, Any]] = {
         Field("float", 0.0, "KL coefficient against the reference (TRL's default 0: no reference)", minimum=0.0)),
     "reward": {
         "max_length": Field("int", 1024, "drop pairs longer than this many tokens", minimum=1),
+        # the reward model against a truth on the start model's own sampled replies (rlft/prefs.py)
+        "truth_data": Field("str", None, "held-out prompts + the truth's fields (e.g. a store's test.jsonl): at the "
+                            "end, the reward model's agreement with truth_verifier on the start model's samples",
+                            rlft_only=True),
+        "truth_verifier": Field("str", None, "the truth that scores those samples (e.g. support_policy)",
+                                rlft_only=True),
+        "truth_prompts": Field("int", 48, "prompts of truth_data sampled", minimum=1, rlft_only=True),
+        "truth_samples": Field("int", 4, "replies sampled per prompt", minimum=2, rlft_only=True),
+        "truth_max_new_tokens": Field("int", 48, "generation budget per sampled reply", minimum=1, rlft_only=True),
     },
     # KTO (rlft/methods/kto.py): TRL's defaults; train.per_device_train_batch_size must be > 1 (the KL estimate)
     "kto": {
@@ -285,5 +294,11 @@ SCHEMA: dict[str, dict[str, Any]] = {
                                "this (GB)", minimum=0.0),
         "heldout_max_new_tokens": Field("int", None, "generation budget of the held-out check (default: "
                                         "response_length)", minimum=1),
+        # with a reward model and a held-out truth (watch.holdout + watch.holdout_verifier): rlft/prefs.py
+        "min_reward_agreement": Field("float", 0.6, "refuse to start (exit 3) when the reward model orders fewer "
+                                      "of the truth's pairs of the start policy's sampled replies right (0.5 is "
+                                      "chance; 0: never refuse)", minimum=0.0, maximum=1.0),
+        "agreement_prompts": Field("int", 32, "held-out prompts sampled for that check", minimum=1),
+        "agreement_samples": Field("int", 4, "replies sampled per prompt for that check", minimum=2),
     },
 }

@@ -240,7 +240,8 @@ def test_registry_flags():
     assert REGISTRY["label_partial"].partial_credit and REGISTRY["code"].partial_credit
     assert {name: v.gold_fields for name, v in REGISTRY.items()} == {
         "math": ("answer",), "label": ("label",), "label_partial": ("label",), "json": ("schema",),
-        "regex": ("pattern",), "code": ("tests",), "code_forgeable": ("tests",), "format": ()}
+        "regex": ("pattern",), "code": ("tests",), "code_forgeable": ("tests",), "format": (),
+        "support_policy": ("decision", "policy")}
     assert all(v.description for v in REGISTRY.values())
 
 

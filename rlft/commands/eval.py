@@ -1,5 +1,7 @@
 """`rlft eval`: greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples); with
---env / --tools, greedy episodes with the tools (rlft.episodes.score_episodes) and their task success."""
+--env / --tools, greedy episodes with the tools (rlft.episodes.score_episodes) and their task success; with
+--best-of N --reward-model RM, best-of-n: the reward model's top sampled reply scored by the verifier
+(rlft/prefs.py). A run folder's prompts are rendered as the run trained (its data.as_chat, rlft/run_format.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlft.commands.options import AsChat, Env, Tools, err_console, out_console
+from rlft.commands.options import Env, Tools, err_console, out_console
 
 
 class ChatTemplate(str, Enum):
@@ -29,10 +31,18 @@ def eval_(
     max_new_tokens: Annotated[int, typer.Option(help="Generation budget per answer.")] = 32,
     limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N rows.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {n, pass_at_1, mean_reward} as JSON.")] = False,
-    as_chat: AsChat = False,
+    as_chat: Annotated[Optional[bool], typer.Option(
+        "--as-chat/--no-as-chat", help="Wrap plain-string prompts as a user message (chat template applied); default: "
+        "what the run trained with (data.as_chat in the run folder's config.yaml), else off.")] = None,
     tools: Tools = None, env: Env = None,
     max_tool_calls: Annotated[int, typer.Option(help="Tool-calling rounds per episode (with --env/--tools).",
                                                 min=0)] = 4,
+    best_of: Annotated[Optional[list[int]], typer.Option(
+        "--best-of", help="Best-of-N (repeatable: --best-of 4 --best-of 8 --best-of 16): sample N replies per prompt, "
+        "answer with the --reward-model's top one, score it with the verifier (the baseline PPO must beat).",
+        min=1)] = None,
+    reward_model: Annotated[Optional[str], typer.Option(
+        "--reward-model", help="With --best-of: the reward model (rlft reward run) that picks the reply.")] = None,
     chat_template: Annotated[Optional[ChatTemplate], typer.Option(
         "--chat-template", help="chatml-tools: rlft's tool-capable ChatML for a ChatML model whose own template "
         "cannot render tool calls (training: --set model.chat_template=chatml-tools).")] = None,
@@ -43,7 +53,18 @@ def eval_(
     from rlft.data import read_rows, validate_verifiable
 
     check_generation(max_new_tokens, temperature, samples=samples, limit=limit)
+    if (best_of or reward_model) and not (best_of and reward_model and verifier):
+        from rlft.errors import UserError
+
+        raise UserError("best-of-n needs --best-of N, --reward-model RM and --verifier (the truth that scores the "
+                        "picked reply)", "e.g. rlft eval -m runs/sft -d test.jsonl -v support_policy --best-of 4 "
+                        "--best-of 8 --reward-model runs/rm")
     rows = read_rows(data, max_rows=limit)
+    from rlft.run_format import resolve_as_chat
+
+    as_chat, format_note = resolve_as_chat(model, as_chat)
+    if format_note:
+        err_console.print(f"note: {format_note}", highlight=False)
     if as_chat:
         rows = wrap_as_chat(rows)
     setup = _tool_setup(tools, env, rows, samples, verifier, max_tool_calls)
@@ -73,6 +94,9 @@ def eval_(
     net = load_for_inference(model)
     if setup is not None:
         return _episodes(net, tok, model, rows, setup, scorer, max_new_tokens, json_out)
+    if best_of:
+        return _best_of(net, tok, [r.data for r in rows], scorer, reward_model, best_of, max_new_tokens,
+                        temperature, json_out)
     result = evaluate_rows(net, tok, [r.data for r in rows], scorer=scorer or exact_match,
                            max_new_tokens=max_new_tokens, samples=samples, temperature=temperature)
     if json_out:
@@ -118,3 +142,29 @@ def _episodes(net, tok, model: str, rows, setup, scorer, max_new_tokens: int, js
                           f"{s['mean_reward']:.3f}  tool_calls/episode={s['tool_calls_per_episode']:.2f}  "
                           f"tool_errors/episode={s['tool_errors_per_episode']:.2f}  "
                           f"episodes calling a tool={s['tool_use']:.0%}", highlight=False)
+
+
+def _best_of(net, tok, rows, scorer, reward_model: str, best_of: list[int], max_new_tokens: int, temperature: float,
+             json_out: bool) -> None:
+    """Greedy pass@1, then best-of-n (rlft.prefs) with the reward model picking among the sampled replies."""
+    import time
+
+    from rlft.evaluate import evaluate_rows
+    from rlft.prefs import agreement, best_of_n, sample_and_score
+    from rlft.reward_scoring import RewardModelReward
+
+    began = time.time()
+    rm = RewardModelReward(reward_model)
+    rm.load()
+    greedy = evaluate_rows(net, tok, rows, scorer=scorer, max_new_tokens=max_new_tokens)
+    sampled = sample_and_score(net, tok, rows, scorer, rm, max(best_of), max_new_tokens, temperature)
+    result, agree = best_of_n(sampled, best_of), agreement(sampled)
+    out = {"n": len(rows), "greedy": round(greedy.pass_at_1, 4), **result.as_dict(), **agree.as_dict(),
+           "seconds": round(time.time() - began, 1)}
+    if json_out:
+        print(json.dumps(out, indent=2))
+        return
+    parts = [f"greedy {out['greedy']:.3f}", f"one sample {out['sampled_1']:.3f}"]
+    parts += [f"best-of-{n} {result.truth[n]:.3f} (any of {n}: {result.oracle[n]:.3f})" for n in result.n]
+    out_console.print(f"n={len(rows)}  truth: " + "  ".join(parts), highlight=False)
+    out_console.print(agree.line(), highlight=False)

@@ -11,6 +11,10 @@ its `gold_fields` attribute, else its required parameters (`fn(completions, answ
 `--gold FIELD` names them outright. A family that cannot be built from the rows (no gold field known,
 a single distinct gold) is reported as "not tested", never as passed. Bad input (unknown verifier,
 bad JSON, a missing or unparseable gold field) is a UserError: `error: ...` and exit 2.
+
+With `--reward-model RM --model POLICY` the verifier is the truth a reward model is checked against: replies
+sampled from POLICY for the rows' prompts are scored by both, and the share of the truth's pairs the reward model
+orders right is printed (rlft/prefs.py), with its pair accuracy on `--pairs`.
 """
 
 from __future__ import annotations
@@ -42,6 +46,19 @@ def verify(
     explain: Annotated[bool, typer.Option(
         "--explain", help="code: print how each test of each row was read (the call and the comparison, or "
                           "why it is refused), then check the rows.")] = False,
+    reward_model: Annotated[str | None, typer.Option(
+        "--reward-model", help="Check a reward model against this verifier (the truth): sample replies of --model "
+                               "for the rows' prompts and report how often the reward model orders them as the "
+                               "truth does (rlft/prefs.py), with its pair accuracy on --pairs.")] = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", "-m", help="With --reward-model: the policy whose sampled replies are scored (e.g. the SFT run "
+                              "PPO would start from).")] = None,
+    pairs: Annotated[Path | None, typer.Option(
+        "--pairs", help="With --reward-model: held-out prompt/chosen/rejected pairs for its pair accuracy.")] = None,
+    samples: Annotated[int, typer.Option("--samples", help="With --reward-model: replies sampled per prompt.",
+                                         min=2)] = 4,
+    limit: Annotated[int, typer.Option("--limit", help="With --reward-model: prompts sampled.", min=1)] = 32,
+    max_new_tokens: Annotated[int, typer.Option(help="With --reward-model: budget per sampled reply.", min=1)] = 48,
 ) -> None:
     """Score completions with a verifier, or check with --stress that junk cannot earn reward."""
     from dataclasses import replace
@@ -49,6 +66,8 @@ def verify(
     from rlft.verifiers import check_rows, resolve
 
     verifier, _weight = resolve(name)
+    if reward_model or model or pairs:
+        return _reward_model(name, data, reward_model, model, pairs, samples, limit, max_new_tokens, json_out)
     if gold:
         verifier = replace(verifier, gold_fields=tuple(dict.fromkeys(g.strip() for g in gold if g.strip())))
     rows = read_jsonl(data)
@@ -82,6 +101,40 @@ def verify(
         typer.echo(json.dumps([{"line": line, "reward": by_line.get(line), **mark} for line, _ in rows]))
     else:
         _print_rewards(verifier, rows, by_line)
+
+
+def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | None, pairs: Path | None,
+                  samples: int, limit: int, max_new_tokens: int, json_out: bool) -> None:
+    """A reward model against the truth `spec` on --model's sampled replies (and its pair accuracy on --pairs).
+    The prompts are wrapped as chat when the policy's run trained that way (rlft.run_format)."""
+    if not (reward_model and model):
+        raise UserError("checking a reward model needs --reward-model RM and --model POLICY",
+                        "e.g. rlft verify support_policy -d test.jsonl --reward-model runs/rm --model runs/sft")
+    from rlft.prefs import policy_agreement, truth_rows
+    from rlft.reward_scoring import RewardModelReward
+    from rlft.run_format import resolve_as_chat
+
+    as_chat, _ = resolve_as_chat(model, None)
+    rows = truth_rows(str(data), spec, limit, as_chat)
+    rm = RewardModelReward(reward_model)
+    out: dict[str, Any] = {}
+    if pairs is not None:
+        from rlft.chat_templates import wrap_as_chat
+        from rlft.data import read_rows
+        from rlft.reward_scoring import pair_accuracy
+
+        model_, tok = rm.load()
+        held = [r.data for r in (wrap_as_chat(read_rows(str(pairs))) if as_chat else read_rows(str(pairs)))]
+        out["pair_accuracy"] = round(pair_accuracy(model_, tok, held), 4)
+        out["pairs"] = len(held)
+    a = policy_agreement(model, rm, rows, spec, samples, max_new_tokens)
+    out.update(a.as_dict())
+    if json_out:
+        typer.echo(json.dumps(out))
+        return
+    if "pair_accuracy" in out:
+        typer.echo(f"pair accuracy: {out['pair_accuracy']:.3f} on {out['pairs']} pairs")
+    typer.echo(a.line())
 
 
 def read_jsonl(path: Path) -> list[tuple[int, dict]]:

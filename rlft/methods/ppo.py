@@ -156,6 +156,8 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     from rlft.watch import Holdout
 
     check_config(cfg)
+    if cfg.ppo.reward_model and cfg.watch.get("holdout") and (cfg.ppo.get("min_reward_agreement") or 0) > 0:
+        check_reward_model(cfg, console)  # before the run folder is touched: a refusal writes nothing
     run_, prepared = start_run(cfg, KIND, prepare, overwrite=overwrite, resume=resume, console=console)
     with run_.record.closing_on_error():  # from here on, any ending is recorded in summary.json
         # held-out rows: data.eval (scored by the run's verifiers, else watch.holdout_verifier), else watch.holdout
@@ -171,6 +173,25 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
         if watch.holdout is None and heldout_rows and cfg.train.eval_steps:
             watch.holdout = Holdout(heldout_rows, scorer, check_specs[0], int(cfg.train.eval_steps), budget)
         return _train(run_, prepared.train_rows, heldout_rows, scorer, budget)
+
+
+def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
+    """The reward model against the held-out truth (watch.holdout scored by watch.holdout_verifier) on replies
+    sampled from the start policy, the distribution PPO optimises (rlft.prefs); exit 3 when it is near chance
+    (ppo.min_reward_agreement)."""
+    from rlft.prefs import check_agreement, policy_agreement, truth_rows
+    from rlft.reward_scoring import RewardModelReward
+    from rlft.run import process_console
+
+    console = process_console(console)
+    spec = cfg.watch.get("holdout_verifier") or "math"
+    p = cfg.ppo
+    rows = truth_rows(cfg.watch.holdout, spec, int(p.get("agreement_prompts") or 32), bool(cfg.data.get("as_chat")))
+    a = policy_agreement(cfg.model.name_or_path, RewardModelReward(p.reward_model), rows, spec,
+                         int(p.get("agreement_samples") or 4), int(p.response_length), float(p.temperature or 1.0),
+                         seed=int(cfg.train.seed or 0))
+    console.print(a.line(), highlight=False)
+    check_agreement(a, float(p.min_reward_agreement), p.reward_model)
 
 
 def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:

@@ -3,7 +3,9 @@
 The model is the start checkpoint with a one-output score head (AutoModelForSequenceClassification,
 num_labels=1). After training, held-out pair accuracy (chosen scored above rejected) is measured through
 `rlft.reward_scoring.score`, the same function PPO and GRPO use to score completions, so the number
-reported is the accuracy those consumers get.
+reported is the accuracy those consumers get. With `reward.truth_data` (prompts + a truth's fields) and
+`reward.truth_verifier`, the end also reports the reward model's agreement with that truth on replies sampled
+from the start model (rlft.prefs): what PPO will optimise, not what the pairs hold.
 """
 
 from __future__ import annotations
@@ -22,6 +24,13 @@ PAIR_ACCURACY_ROWS = 200  # training pairs scored after training (train_pair_acc
 
 
 def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
+    if cfg.reward.get("truth_data"):  # read and check the truth rows now, not after training
+        from rlft.prefs import truth_rows
+        from rlft.verifiers.loading import load_verifiers
+
+        spec = cfg.reward.get("truth_verifier") or "support_policy"
+        load_verifiers([spec])
+        truth_rows(cfg.reward["truth_data"], spec, int(cfg.reward.get("truth_prompts") or 48), False)
     return Prepared(train_rows, eval_rows, tok=load_run_tokenizer(cfg))
 
 
@@ -49,4 +58,21 @@ def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
         if rows:
             out[key] = pair_accuracy(trainer.model, trainer.processing_class, [r.data for r in rows])
             console.print(f"{key.replace('_', ' ')}: [bold]{out[key]:.3f}[/] on {len(rows)} pairs")
+    if cfg.reward.get("truth_data"):
+        out.update(truth_agreement(cfg, trainer, console))
     return out
+
+
+def truth_agreement(cfg: RunConfig, trainer, console) -> dict:
+    """reward.truth_data: the reward model against the truth on the start model's own sampled replies
+    (rlft.prefs), the distribution PPO will see: pair accuracy alone does not show it."""
+    from rlft.prefs import ScoredBy, policy_agreement, truth_rows
+
+    sec = cfg.reward
+    spec = sec.get("truth_verifier") or "support_policy"
+    rows = truth_rows(sec["truth_data"], spec, int(sec.get("truth_prompts") or 48), bool(cfg.data.get("as_chat")))
+    a = policy_agreement(cfg.model.name_or_path, ScoredBy(trainer.model, trainer.processing_class), rows, spec,
+                         int(sec.get("truth_samples") or 4), int(sec.get("truth_max_new_tokens") or 48),
+                         seed=int(cfg.train.seed or 0))
+    console.print(a.line(), highlight=False)
+    return {f"truth_{k}": v for k, v in a.as_dict().items()}

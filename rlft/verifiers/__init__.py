@@ -5,7 +5,8 @@ list[float | None]`, where `completions` holds strings (plain prompts) or messag
 and each gold column arrives as a keyword argument with one value per completion. None means "not
 applicable to this row" (TRL leaves it out of the mean).
 
-Built-ins (REGISTRY): math, label, label_partial, json, regex, code, format. `resolve("NAME[:WEIGHT]")`
+Built-ins (REGISTRY): math, label, label_partial, json, regex, code, format, support_policy (the
+support store's truth, rlft.verifiers.support). `resolve("NAME[:WEIGHT]")`
 or `resolve("path/to/file.py:function[:WEIGHT]")` finds one; `check_rows` validates gold values before
 training; `combine` makes one weighted reward; `stress` probes a verifier with junk completions.
 

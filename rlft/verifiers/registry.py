@@ -28,7 +28,7 @@ from rlft.errors import UserError, row_problem
 from rlft.user_code import load_python_file
 from rlft.verifiers import code as code_
 from rlft.verifiers import format as format_
-from rlft.verifiers import json_schema, label, regex
+from rlft.verifiers import json_schema, label, regex, support
 from rlft.verifiers import math as math_
 from rlft.verifiers.checked import checked
 from rlft.verifiers.common import RewardFn
@@ -72,6 +72,9 @@ REGISTRY: dict[str, Verifier] = {
     "code_forgeable": Verifier("code_forgeable", code_.code_forgeable_reward, ("tests",), code_.check_gold_forgeable,
                                "FORGEABLE: any Python tests run beside the code, reward from the exit status",
                                partial_credit=True, forgeable=True),
+    "support_policy": Verifier("support_policy", support.support_policy_reward, ("decision", "policy"),
+                               support.check_gold, "the reply decides as the store's `policy` does for the row's "
+                               "`decision` (refund / exchange / repair / none) and states no wrong policy number"),
     "format": Verifier("format", format_.format_reward, (), format_.check_gold,
                        "<think>...</think><answer>...</answer> structure (format only)", format_only=True),
 }

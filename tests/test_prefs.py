@@ -1,0 +1,138 @@
+"""Preferences judged by a truth (rlft/prefs.py, rlft/run_format.py): eval reads the run's prompt format,
+best-of-n picks the reward model's top reply, PPO refuses a reward model near chance against the truth (exit 3,
+nothing written), `rlft choose --data PAIRS` recommends DPO first. Tiny model, a few steps each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import DATA, write_jsonl
+
+from rlft.prefs import Sampled, agreement, best_of_n, check_agreement
+
+STORE = DATA / "support" / "store"
+
+
+@pytest.fixture(scope="module")
+def store_runs(tmp_path_factory, tiny_dir):
+    """A tiny SFT run on the store's demos with data.as_chat=true, a plain-text one, and a reward model."""
+    from rlft.cli import main
+
+    root = tmp_path_factory.mktemp("prefs")
+
+    def run(*args):
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            assert exc.code == 0, args
+
+    chat, plain, rm = root / "sft-chat", root / "sft-plain", root / "rm"
+    common = ("--max-steps", "2", "--batch-size", "4", "--set", "sft.max_length=320", "--set", "watch.auto_holdout=false")
+    run("sft", "--data", STORE / "demos.jsonl", "-o", chat, "--set", "data.as_chat=true", *common)
+    run("sft", "--data", STORE / "demos.jsonl", "-o", plain, *common)
+    run("reward", "--pairs", STORE / "pairs_train.jsonl", "-o", rm, "--max-steps", "2", "--batch-size", "4",
+        "--set", "reward.max_length=400", "--set", "data.as_chat=true", "--set", "data.max_rows=16",
+        "--set", "watch.auto_holdout=false")
+    return {"chat": chat, "plain": plain, "rm": rm, "root": root}
+
+
+def test_eval_reads_the_runs_as_chat(cli, store_runs):
+    args = ("-d", STORE / "test.jsonl", "-v", "support_policy", "--limit", "3", "--max-new-tokens", "4")
+    r = cli("eval", "-m", store_runs["chat"], *args)
+    assert r.code == 0, r.text
+    assert "wrapped as chat, as the run trained (data.as_chat=true" in r.err
+    assert "prompts are plain strings" not in r.err  # the plain-prompt note would say they were not wrapped
+    r = cli("eval", "-m", store_runs["plain"], *args)
+    assert r.code == 0 and "as plain text, as the run trained (data.as_chat=false" in r.err, r.text
+    r = cli("eval", "-m", store_runs["chat"], *args, "--no-as-chat")  # the flag wins, and then the note is gone
+    assert r.code == 0 and "as the run trained" not in r.err and "prompts are plain strings" in r.err, r.text
+
+
+def test_resolve_as_chat_reads_config_yaml(store_runs, tmp_path):
+    from rlft.run_format import resolve_as_chat
+
+    assert resolve_as_chat(str(store_runs["chat"]), None)[0] is True
+    assert resolve_as_chat(str(store_runs["plain"]), None)[0] is False
+    assert resolve_as_chat(str(store_runs["plain"]), True) == (True, None)
+    assert resolve_as_chat(str(tmp_path), None) == (False, None)  # not a run folder: off, no note
+
+
+def test_best_of_n_picks_the_reward_models_top_reply():
+    rows = [{"prompt": "a"}, {"prompt": "b"}]
+    replies = [["a0", "a1", "a2", "a3"], ["b0", "b1", "b2", "b3"]]
+    rm = [[0.1, 0.9, 0.5, 2.0], [3.0, -1.0, 0.0, 0.2]]
+    truth = [[0.0, 1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0]]
+    s = Sampled(rows, replies, rm, truth)
+    b = best_of_n(s, [2, 4])
+    assert [p["reply"] for p in b.picks] == ["a3", "b0"]  # the top reward among all 4
+    assert b.truth == {2: 0.5, 4: 0.0}  # n=2: a1 (right) and b0 (wrong); n=4: a3 and b0, both wrong
+    assert b.oracle == {2: 1.0, 4: 1.0} and b.first == 0.0
+    a = agreement(s)
+    # prompt a: right a1 vs wrong a0, a2, a3 -> rm agrees on a0, a2 (2 of 3); prompt b: b0 wrong vs b1-b3 right -> 0
+    assert a.pairs == 6 and a.agree == pytest.approx(2 / 6)
+    with pytest.raises(Exception) as exc:
+        check_agreement(a, 0.6, "runs/rm")
+    assert exc.value.exit_code == 3 and "0.333 of 6 pairs" in str(exc.value) and "rlft dpo" in exc.value.fix
+
+
+def test_eval_best_of_with_a_reward_model(cli, store_runs):
+    r = cli("eval", "-m", store_runs["chat"], "-d", STORE / "test.jsonl", "-v", "support_policy", "--limit", "3",
+            "--max-new-tokens", "4", "--best-of", "2", "--best-of", "4", "--reward-model", store_runs["rm"], "--json")
+    assert r.code == 0, r.text
+    out = json.loads(r.out)
+    assert {"greedy", "sampled_1", "best_of_2", "best_of_4", "any_of_4", "agreement"} <= set(out)
+    assert out["any_of_4"] >= out["best_of_4"] and out["any_of_4"] >= out["any_of_2"]
+    r = cli("eval", "-m", store_runs["chat"], "-d", STORE / "test.jsonl", "-v", "support_policy", "--best-of", "4")
+    assert r.code == 2 and "--reward-model" in r.err
+
+
+def test_ppo_refuses_a_reward_model_near_chance(cli, store_runs, tmp_path):
+    # a truth that a tiny model's samples split about evenly (odd vs even length): the untrained reward model
+    # orders its pairs about as often right as wrong
+    truth = tmp_path / "truth.py"
+    truth.write_text("def truth(completions, decision, **kw):\n"
+                     "    return [float(len(str(c)) % 2) for c in completions]\n")
+    out = tmp_path / "ppo"
+    r = cli("ppo", "--model", store_runs["chat"], "--reward-model", store_runs["rm"], "--prompts",
+            STORE / "test.jsonl", "--holdout", STORE / "test.jsonl", "--holdout-verifier", f"{truth}:truth",
+            "--max-steps", "1", "--batch-size", "4", "-o", out, "--set", "data.as_chat=true",
+            "--set", "ppo.response_length=6", "--set", "ppo.agreement_prompts=12", "--set",
+            "ppo.min_reward_agreement=0.9", "--set", "ppo.verifiers=[]")
+    assert r.code == 3, r.text
+    assert "agrees with the truth on" in r.err and "chance 0.5" in r.err and "fix:" in r.err
+    assert "rlft dpo" in r.err and "min_reward_agreement=0" in r.err
+    assert not out.exists()
+
+
+def test_choose_recommends_dpo_first_on_store_pairs(cli):
+    r = cli("choose", "--data", STORE / "pairs_train.jsonl", "--json")
+    assert r.code == 0, r.text
+    assert json.loads(r.out)["method"] == "dpo"
+
+
+def test_verify_checks_a_reward_model_against_the_truth(cli, store_runs):
+    r = cli("verify", "support_policy", "-d", STORE / "test.jsonl", "--reward-model", store_runs["rm"], "--model",
+            store_runs["chat"], "--pairs", STORE / "pairs_eval.jsonl", "--limit", "4", "--samples", "2",
+            "--max-new-tokens", "4", "--json")
+    assert r.code == 0, r.text
+    out = json.loads(r.out.strip().splitlines()[-1])
+    assert out["pairs"] == 100 and 0.0 <= out["pair_accuracy"] <= 1.0
+    assert out["agreement_prompts"] == 4 and out["agreement_samples"] == 2
+    r = cli("verify", "support_policy", "-d", STORE / "test.jsonl", "--reward-model", store_runs["rm"])
+    assert r.code == 2 and "--model POLICY" in r.err
+
+
+def test_choose_signal_pairs_gives_the_measured_numbers(cli):
+    r = cli("choose", "--signal", "pairs", "--rows", "2000")
+    assert r.code == 0 and "DPO" in r.out, r.text
+    assert "0.445 -> 0.795" in r.out and "best-of-n" in r.out and "demo-prefs" in r.out
+
+
+def test_reward_refuses_a_bad_truth_file_before_training(cli, tmp_path):
+    bad = write_jsonl(tmp_path / "t.jsonl", [{"prompt": "hi", "decision": "maybe", "policy": {"refund_days": 30}}])
+    out = tmp_path / "rm"
+    r = cli("reward", "--pairs", STORE / "pairs_train.jsonl", "-o", out, "--max-steps", "1", "--set",
+            f"reward.truth_data={bad}", "--set", "reward.truth_verifier=support_policy")
+    assert r.code == 2 and "decision" in r.err, r.text
+    assert not (out / "metrics.jsonl").exists()
