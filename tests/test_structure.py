@@ -156,7 +156,7 @@ def test_every_command_module_is_registered(command):
 
 # --------------------------------------------------------------------------- the command table
 
-TRAINING_COMMANDS = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "ppo", "distill")
+TRAINING_COMMANDS = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "ppo", "distill", "bootstrap")
 MAX_TRAINING_COMMAND_LINES = 50  # a signature of options and one `o.train(ctx, METHOD)` call
 
 
