@@ -68,7 +68,7 @@ def rule_bootstrap(s: Any, r: Any) -> None:
         r.reasons.append(f"the {s.verifier or 'given'} verifier gives partial credit: GRPO learns from every "
                          "gradation, where bootstrap's pass/fail filter would throw them away")
         return
-    if s.format_only:
+    if s.format_only or "zero_signal" in r.codes():  # prompts always or never solved: bootstrap keeps nothing new
         return
     r.method = "bootstrap"
     r.reasons = [x for x in r.reasons if "GRPO samples G answers" not in x]  # rule_signal's GRPO line
@@ -79,4 +79,3 @@ def rule_bootstrap(s: Any, r: Any) -> None:
     r.reasons.insert(0, f"the model passes {s.pass_rate:.0%} of sampled answers and the reward is 0/1: bootstrap "
                         "(rejection-sampling fine-tuning) keeps the accepted samples and fine-tunes on them, the "
                         f"cheap lever before GRPO{cost}; if its last round gains nothing, GRPO next")
-    r.drop_notes("zero_signal", "zero_signal_within_noise")

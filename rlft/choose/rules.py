@@ -183,11 +183,6 @@ class Recommendation:
     def next_command(self) -> str:
         return self.commands[0] if self.commands else ""
 
-    def drop_notes(self, *codes: str) -> None:
-        """Remove warnings by code (a later rule that changes the method drops the ones that no longer apply)."""
-        self.warnings = [n for n in self.warnings if n.code not in codes]
-        self.ready = not any(n.level == "error" for n in self.warnings)
-
     def codes(self) -> list[str]:
         return [n.code for n in self.warnings]
 

@@ -237,6 +237,7 @@ def _rounds(cfg: RunConfig, run_, prepared: Prepared, interrupt) -> RunResult:
         now = time.time()
         if limit and now - began > 60 * limit:
             timed_out = f"train.max_minutes={limit:g} reached before round {k}"
+            console.print(f"[yellow]time limit[/]: {timed_out}; the run ends with the rounds it has", highlight=False)
             break
         deadline = None
         if limit:
