@@ -266,7 +266,7 @@ def test_scenario(case: Case, files):
 
 def test_the_table_covers_each_method_and_enough_scenarios():
     assert len(CASES) >= 15
-    assert {c.method for c in CASES} == {"sft", "dpo", "grpo", "ppo", "kto", "rloo", "distill"}
+    assert {c.method for c in CASES} == {"sft", "dpo", "grpo", "ppo", "kto", "rloo", "distill", "bootstrap"}
     assert sum(c.args[0] == "--data" for c in CASES) >= 10
     assert sum(c.args[0] == "--signal" for c in CASES) >= 10
 

@@ -14,7 +14,8 @@ from helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1] / "rlft"
 MAX_LINES = 500
-METHOD_PARTS = {"ppo_setup": "ppo", "ppo_rollout": "ppo", "ppo_math": "ppo"}  # one method in several modules
+# one method in several modules
+METHOD_PARTS = {"ppo_setup": "ppo", "ppo_rollout": "ppo", "ppo_math": "ppo", "bootstrap_sampling": "bootstrap"}
 SHARED_METHOD_MODULES = {"rlft.methods", "rlft.methods.common", "rlft.methods.callback", "rlft.methods.keep",
                          "rlft.methods.group_rl",
                          "rlft.methods.prompt_sampler"}
