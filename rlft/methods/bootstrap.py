@@ -235,7 +235,7 @@ def _rounds(cfg: RunConfig, run_, prepared: Prepared, interrupt) -> RunResult:
         if interrupt.signum is not None:
             break
         now = time.time()
-        if limit and now - began > 60 * limit:
+        if limit and k > 1 and now - began > 60 * limit:  # round 1 always runs (its pre-flight samples at least)
             timed_out = f"train.max_minutes={limit:g} reached before round {k}"
             console.print(f"[yellow]time limit[/]: {timed_out}; the run ends with the rounds it has", highlight=False)
             break
