@@ -94,7 +94,7 @@ bench-real: install-real
 	OMP_NUM_THREADS=1 $(BIN)/python bench/bench_real.py
 
 # SmolLM2-135M + LoRA on word problems (chat prompts + "End with 'The answer is N.'"): a short SFT for the
-# format, then RL (RL=grpo or rloo) for the answers; held-out pass@1 on every test row before -> after each
+# format, then RL (RL=grpo, rloo or bootstrap) for the answers; held-out pass@1 on every test row before -> after each
 # stage; table and chart in $(REAL_OUT). DATA=DIR: any folder with train.jsonl (prompt, completion, answer) and
 # test.jsonl (prompt, answer). SEEDS (default 1,2): one RL stage per seed from the same SFT model, side by
 # side (one process per core; one thread each, as OMP_NUM_THREADS=1 below). MINUTES (default 28): the demo

@@ -23,6 +23,7 @@ import typer
 from typer.core import TyperGroup
 
 from rlft.commands import (
+    bootstrap,
     chat,
     choose,
     data,
@@ -85,6 +86,7 @@ def _root(
 COMMANDS = (
     ("sft", sft.sft), ("dpo", dpo.dpo), ("kto", kto.kto), ("reward", reward.reward), ("grpo", grpo.grpo),
     ("rloo", rloo.rloo), ("ppo", ppo.ppo), ("distill", distill.distill),
+    ("bootstrap", bootstrap.bootstrap),
     ("eval", eval_cmd.eval_), ("preflight", preflight.preflight_), ("choose", choose.choose),
     ("verify", verify.verify), ("report", report.report), ("init-model", init_model.init_model),
     ("merge", merge.merge), ("export", export.export), ("chat", chat.chat), ("sweep", sweep.sweep),

@@ -59,6 +59,13 @@ def cross_checks(method: str, values: dict[str, Any]) -> list[tuple[str, str]]:
     if method in ("rloo", "distill") and values.get(f"{method}.temperature") == 0:
         problems.append((f"{method}.temperature", f"{method}.temperature = 0: {method} samples its rollouts, and "
                          "temperature 0 is greedy decoding (every sample the same): use a temperature > 0, e.g. 1.0"))
+    if method == "bootstrap" and (values.get("bootstrap.tools") or values.get("bootstrap.env")):
+        problems.append(("bootstrap.tools", "bootstrap does not play tool episodes (--tools / --env): its kept rows "
+                         "would have to be whole episodes; use rlft grpo --tools/--env, or drop them"))
+    samples = values.get("bootstrap.samples") or 8
+    if method == "bootstrap" and values.get("bootstrap.temperature") == 0 and samples > 1:
+        problems.append(("bootstrap.temperature", "bootstrap.temperature = 0 with bootstrap.samples > 1: greedy "
+                         "decoding gives every sample the same answer: use a temperature > 0, or --samples 1"))
     if method == "kto" and values.get("kto.desirable_weight") == 0 and values.get("kto.undesirable_weight") == 0:
         problems.append(("kto.desirable_weight", "kto.desirable_weight = 0 and kto.undesirable_weight = 0: every "
                          "loss term is weighted 0, the model would learn nothing: keep at least one weight > 0"))

@@ -65,6 +65,7 @@ class PreflightResult:
     min_mixed: float = 0.1
     within_noise: bool = False  # the interval still held min_mixed when the prompts ran out
     episodes: dict[str, float] | None = None  # a tool run's: tool calls and tool errors per episode
+    sample_seconds: float = 0.0  # wall time of the sampling and scoring (what `rlft choose` prices rollouts by)
 
     def as_dict(self) -> dict[str, Any]:
         return {"prompts": self.prompts, "num_generations": self.num_generations,
@@ -175,6 +176,9 @@ def probe(net, tok, rows: list[dict], reward_fn: Callable, *, num_generations: i
     mixed: list[bool] = []
     passes = finished = unparsed = n = 0
     target = max_prompts
+    import time
+
+    began = time.time()
     while True:
         batch = rows[len(mixed):min(target, cap)]
         if batch:
@@ -193,7 +197,7 @@ def probe(net, tok, rows: list[dict], reward_fn: Callable, *, num_generations: i
                                   interval)
     return PreflightResult(len(mixed), num_generations, pass_rate, mixed_fraction, truncation, unparsed / n,
                            verdict, advice, mixed, interval, min_mixed, undecided,
-                           sample.counts() if tools is not None else None)
+                           sample.counts() if tools is not None else None, time.time() - began)
 
 
 def run_preflight(model: str, rows, verifier: str | list[str], num_generations: int = 8, max_prompts: int = 32,

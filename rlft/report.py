@@ -47,6 +47,9 @@ PANELS = (
     Panel("band", "GRPO/RLOO prompts by pass record (rlft.prompt_band)", ("band/in", "band/retired", "band/failed"),
           "prompts"),
     Panel("logps", "DPO log-probs", ("logps/chosen", "logps/rejected"), "nats"),
+    Panel("acceptance", "Bootstrap: share of samples accepted, per round", ("bootstrap/acceptance_rate",), "share"),
+    Panel("bootstrap_bands", "Bootstrap: prompts by share of samples accepted, per round",
+          ("band/none", "band/some", "band/most", "band/all"), "prompts"),
     Panel("length", "Completion length", ("completions/mean_length",), "tokens"),
     Panel("repetition", "Completion repetition", ("completions/repetition",), "share of repeated 4-grams"),
 )

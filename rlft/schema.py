@@ -14,7 +14,7 @@ from rlft.alarms import Thresholds
 
 TH = Thresholds()  # the alarm thresholds' defaults: one source, rlft/alarms.py
 
-METHODS = ("sft", "dpo", "grpo", "reward", "ppo", "kto", "rloo", "distill")
+METHODS = ("sft", "dpo", "grpo", "reward", "ppo", "kto", "rloo", "distill", "bootstrap")
 COMMON_SECTIONS = ("model", "data", "train", "watch")
 # The TRL config class behind each section; fields not in the rlft schema are checked against these.
 TRL_CONFIGS = {
@@ -26,6 +26,7 @@ TRL_CONFIGS = {
     "kto": ("trl", "KTOConfig"),
     "rloo": ("trl", "RLOOConfig"),
     "distill": ("trl", "DistillationConfig"),
+    "bootstrap": ("trl", "SFTConfig"),  # each round fine-tunes with SFTTrainer
 }
 
 
@@ -261,6 +262,36 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "heldout_verifier": Field("str", "math", "verifier scoring data.eval after training", rlft_only=True),
         "heldout_max_new_tokens": Field("int", None, "held-out generation budget (default: max_completion_length)",
                                         minimum=1, rlft_only=True),
+    },
+    # Rejection-sampling fine-tuning (rlft/methods/bootstrap.py): sample, keep what the verifiers accept, SFT on it,
+    # repeat. Its TRL config is SFTConfig (each round is an SFTTrainer run); the rest is rlft's own.
+    "bootstrap": {
+        "verifiers": Field("list", ["math"], "verifier specs: NAME, NAME:WEIGHT, file.py:function", rlft_only=True),
+        "teacher": Field("str", None, "the model that samples (folder, hub id; its tokenizer must be the "
+                         "student's); default: the model being trained, re-sampled each round (expert iteration)",
+                         rlft_only=True),
+        "samples": Field("int", 8, "completions sampled per prompt per round (N)", minimum=1, rlft_only=True),
+        "rounds": Field("int", 2, "rounds of sample -> keep -> fine-tune", minimum=1, rlft_only=True),
+        "keep_per_prompt": Field("int", 2, "at most this many distinct accepted completions kept per prompt (M)",
+                                 minimum=1, rlft_only=True),
+        "threshold": Field("float", 1.0, "a completion is accepted when its reward is >= this (partial credit: the "
+                           "best above it are kept first)", rlft_only=True),
+        "temperature": Field("float", 0.7, "sampling temperature", minimum=0.0, rlft_only=True),
+        "max_new_tokens": Field("int", 256, "generation budget per sampled completion", minimum=1, rlft_only=True),
+        "prompts_per_round": Field("int", None, "prompts sampled per round (default: all; each round takes the "
+                                   "next ones, wrapping around)", minimum=1, rlft_only=True),
+        "sample_batch": Field("int", 64, "completions decoded together (a multiple of samples is best: each "
+                              "prompt is prefilled once for its N rows)", minimum=1, rlft_only=True),
+        "max_length": Field("int", 1024, "truncate training sequences to this many tokens", minimum=1),
+        "preflight": Field("bool", True, "probe the pass rate at the run's temperature first; refuse (exit 3) "
+                           "when no sample is accepted", rlft_only=True),
+        "preflight_prompts": Field("int", 16, "prompts sampled by the pre-flight", minimum=1, rlft_only=True),
+        "heldout_max_new_tokens": Field("int", None, "generation budget for held-out checks (default: "
+                                        "max_new_tokens)", minimum=1, rlft_only=True),
+        "tools": Field("str", None, "not supported by bootstrap (refused with one line): use rlft grpo --tools",
+                       rlft_only=True),
+        "env": Field("str", None, "not supported by bootstrap (refused with one line): use rlft grpo --env",
+                     rlft_only=True),
     },
     # rlft's own PPO (rlft/methods/ppo.py): no TRL config behind it, so every field is listed here. Names and
     # defaults follow the old TRL PPOConfig where it had the knob; the batch is train.per_device_train_batch_size

@@ -103,7 +103,7 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
          heldout_tokens: Annotated[int, typer.Option(min=1, help="Answer budget when scoring.")] = 40,
          sft_steps: Annotated[int, typer.Option(min=1, help="SFT steps.")] = 11,
          sft_batch: Annotated[int, typer.Option(min=1, help="SFT rows per step.")] = 8,
-         rl: Annotated[str, typer.Option(help="RL method after SFT: grpo or rloo.")] = "grpo",
+         rl: Annotated[str, typer.Option(help="RL method after SFT: grpo, rloo or bootstrap.")] = "grpo",
          rl_steps: Annotated[int, typer.Option(min=0, help="RL steps after SFT (0: no RL stage).")] = 40,
          rl_batch: Annotated[int, typer.Option(min=2, help="Completions per RL step.")] = 48,
          generations: Annotated[int, typer.Option(min=2, help="Completions per prompt (G).")] = 8,
@@ -113,14 +113,18 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
          seeds: Annotated[str, typer.Option(help="RL seeds, comma-separated: one RL run each.")] = "1,2",
          jobs: Annotated[int, typer.Option(min=0, help="RL runs side by side (0: one per CPU core, up to the "
                                                        "number of seeds).")] = 0,
+         rounds: Annotated[int, typer.Option(min=1, help="Bootstrap: rounds of sample -> keep -> SFT.")] = 3,
+         round_prompts: Annotated[int, typer.Option(min=1, help="Bootstrap: prompts sampled per round.")] = 200,
+         boot_lr: Annotated[float, typer.Option(min=0.0, help="Bootstrap: learning rate of each round's SFT "
+                                                              "(LoRA).")] = 2e-4,
          minutes: Annotated[float, typer.Option(min=0.0, help="End the demo within this many minutes: the RL "
                                                               "stages train for what is left (0: no limit).")] = 28.0,
          ) -> None:
     """SFT then RL of SmolLM2-135M + LoRA on word problems, held-out pass@1 around each stage."""
     from rlft.errors import UserError
 
-    if rl not in ("grpo", "rloo"):
-        raise UserError(f"--rl {rl} is not grpo or rloo", "use --rl grpo (default) or --rl rloo")
+    if rl not in ("grpo", "rloo", "bootstrap"):
+        raise UserError(f"--rl {rl} is not grpo, rloo or bootstrap", "use --rl grpo (default), rloo or bootstrap")
     if rl_batch % generations:
         raise UserError(f"--rl-batch {rl_batch} is not a multiple of --generations {generations}",
                         "make the completions per step a multiple of G (e.g. 32 with G 8)")
@@ -152,11 +156,18 @@ def main(out: Annotated[str, typer.Option(help="Folder for the data, the stage r
                 watch = ["--holdout", write_rows(root / "data/watch.jsonl", held[:watch_rows]),
                          "--set", f"watch.holdout_every={max(5, rl_steps // 4)}",
                          "--set", f"watch.holdout_max_new_tokens={heldout_tokens}"]
-            args = ["--prompts", prompts, "--verifier", "math", "--max-steps", str(rl_steps), "--batch-size",
-                    str(rl_batch), "--num-generations", str(generations), "--lr", str(rl_lr),
-                    "--set", "train.lr_scheduler_type=constant", "--set", f"{rl}.temperature={temperature}",
-                    "--set", f"{rl}.max_completion_length={heldout_tokens}", "--set", f"{rl}.preflight_prompts=16",
-                    *watch, *common]
+            if rl == "bootstrap":  # rounds of N samples per prompt, the accepted ones fine-tuned on (SFT)
+                args = ["--prompts", prompts, "--verifier", "math", "--samples", str(generations), "--rounds",
+                        str(rounds), "--temperature", str(temperature), "--max-new-tokens", str(heldout_tokens),
+                        "--lr", str(boot_lr), "--epochs", "2", "--batch-size", "8",
+                        "--set", f"bootstrap.prompts_per_round={round_prompts}", "--set", "bootstrap.max_length=128",
+                        "--set", "bootstrap.preflight_prompts=16", *watch, *common]
+            else:
+                args = ["--prompts", prompts, "--verifier", "math", "--max-steps", str(rl_steps), "--batch-size",
+                        str(rl_batch), "--num-generations", str(generations), "--lr", str(rl_lr),
+                        "--set", "train.lr_scheduler_type=constant", "--set", f"{rl}.temperature={temperature}",
+                        "--set", f"{rl}.max_completion_length={heldout_tokens}", "--set", f"{rl}.preflight_prompts=16",
+                        *watch, *common]
             at_once = min(jobs or usable_cpus(), len(seed_list))
             budget = rl_minutes(minutes, time.time() - start, p.score_seconds.get(sft, 0.0),
                                 waves=-(-len(seed_list) // at_once), closing=-(-len(seed_list) // usable_cpus()))

@@ -165,8 +165,9 @@ CASES = [
          verifier="label"),
     Case("data: json extraction -> grpo json", ("--data", "data:json_extract/train.jsonl"), "grpo",
          verifier="json"),
-    Case("flags: verifier, passes 40% -> grpo", ("--signal", "verifier", "--rows", "1000", "--pass-rate", "0.4",
-                                                "--mixed-fraction", "0.5"), "grpo",
+    # measured passes sometimes with a 0/1 verifier: bootstrap, the cheap lever before GRPO (rlft/choose/pricing.py)
+    Case("flags: verifier, passes 40% -> bootstrap", ("--signal", "verifier", "--rows", "1000", "--pass-rate", "0.4",
+                                                     "--mixed-fraction", "0.5"), "bootstrap",
          no_warn=("never_passes", "too_easy", "zero_signal", "pass_rate_unknown"), ready=True),
     Case("flags: verifier, never passes -> sft first", ("--signal", "verifier", "--rows", "1000", "--pass-rate",
                                                        "0"), "sft", then="grpo", warn=("never_passes",), ready=False,
@@ -210,8 +211,9 @@ CASES = [
          no_warn=("assumes_sft_model",)),
     Case("flags: verifier, base model -> sft then grpo", ("--signal", "verifier", "--rows", "1000", "--no-sft-model"),
          "sft", then="grpo"),
-    Case("flags: base model but measured passes -> grpo", ("--signal", "verifier", "--rows", "1000", "--no-sft-model",
-                                                          "--pass-rate", "0.3", "--mixed-fraction", "0.4"), "grpo",
+    Case("flags: base model but measured passes -> bootstrap", ("--signal", "verifier", "--rows", "1000",
+                                                               "--no-sft-model", "--pass-rate", "0.3",
+                                                               "--mixed-fraction", "0.4"), "bootstrap",
          warn=("measured_over_said",)),
     Case("data: demos + pairs -> sft then dpo", ("--data", "data:support/demos.jsonl", "--data",
                                                "data:support/pairs_train.jsonl"), "sft", then="dpo",
@@ -264,7 +266,7 @@ def test_scenario(case: Case, files):
 
 def test_the_table_covers_each_method_and_enough_scenarios():
     assert len(CASES) >= 15
-    assert {c.method for c in CASES} == {"sft", "dpo", "grpo", "ppo", "kto", "rloo", "distill"}
+    assert {c.method for c in CASES} == {"sft", "dpo", "grpo", "ppo", "kto", "rloo", "distill", "bootstrap"}
     assert sum(c.args[0] == "--data" for c in CASES) >= 10
     assert sum(c.args[0] == "--signal" for c in CASES) >= 10
 
@@ -310,13 +312,13 @@ def verifier_signal(**kw) -> Signal:
 
 @pytest.mark.parametrize("pass_rate, mixed, method, must, must_not", [
     (0.0, 0.0, "sft", {"never_passes"}, {"zero_signal", "too_easy"}),
-    (0.02, 0.15, "grpo", set(), {"never_passes", "zero_signal", "too_easy"}),   # rare passes, enough mixed groups
+    (0.02, 0.15, "bootstrap", set(), {"never_passes", "zero_signal", "too_easy"}),  # rare passes, 0/1 reward
     (0.5, 0.05, "grpo", {"zero_signal"}, {"too_easy"}),                       # mostly passing: harder prompts
     (0.05, 0.04, "sft", {"zero_signal"}, {"never_passes"}),                   # mostly failing: SFT first
-    (0.5, 0.1, "grpo", set(), {"zero_signal"}),                                 # exactly at the line: allowed
+    (0.5, 0.1, "bootstrap", set(), {"zero_signal"}),                            # exactly at the line: allowed
     (0.9, 0.4, "grpo", {"too_easy"}, {"zero_signal"}),
     (1.0, 0.0, "grpo", {"too_easy", "zero_signal"}, set()),
-    (0.35, None, "grpo", set(), {"zero_signal", "pass_rate_unknown"}),
+    (0.35, None, "bootstrap", set(), {"zero_signal", "pass_rate_unknown"}),
 ])
 def test_preflight_numbers(pass_rate, mixed, method, must, must_not):
     rec = recommend(verifier_signal(), pass_rate=pass_rate, mixed_fraction=mixed)
@@ -357,6 +359,7 @@ KNOWN_FLAGS = {  # the flags each method command takes (sft/dpo also checked aga
     "kto": {"--feedback", "--recipe", "--model"},
     "rloo": {"--prompts", "--verifier", "--recipe", "--model"},
     "distill": {"--teacher", "--prompts", "--recipe", "--model"},
+    "bootstrap": {"--prompts", "--verifier", "--recipe", "--model"},
 }
 
 
@@ -492,7 +495,7 @@ def test_interactive_base_model_verifier(monkeypatch):
 # --------------------------------------------------------------------------- pre-flight (--model)
 
 @pytest.mark.parametrize("pass_rate, mixed, method, code", [(0.0, 0.0, "sft", "never_passes"),
-                                                            (0.4, 0.6, "grpo", None),
+                                                            (0.4, 0.6, "bootstrap", None),
                                                             (0.6, 0.04, "grpo", "zero_signal")])
 def test_model_runs_the_preflight_and_uses_its_numbers(monkeypatch, files, pass_rate, mixed, method, code):
     calls = []
@@ -516,7 +519,7 @@ def test_model_runs_the_preflight_and_uses_its_numbers(monkeypatch, files, pass_
 def test_measured_flags_skip_the_preflight(monkeypatch, files):
     monkeypatch.setitem(sys.modules, "rlft.preflight", None)
     out = choose_json("--data", files["math600"], "--model", "tiny", "--pass-rate", "0.3", "--mixed-fraction", "0.5")
-    assert out["method"] == "grpo" and out["ready"] is True
+    assert out["method"] == "bootstrap" and out["ready"] is True
 
 
 # --------------------------------------------------------------------------- speed, no torch

@@ -14,7 +14,8 @@ from helpers import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1] / "rlft"
 MAX_LINES = 500
-METHOD_PARTS = {"ppo_setup": "ppo", "ppo_rollout": "ppo", "ppo_math": "ppo"}  # one method in several modules
+# one method in several modules
+METHOD_PARTS = {"ppo_setup": "ppo", "ppo_rollout": "ppo", "ppo_math": "ppo", "bootstrap_sampling": "bootstrap"}
 SHARED_METHOD_MODULES = {"rlft.methods", "rlft.methods.common", "rlft.methods.callback", "rlft.methods.keep",
                          "rlft.methods.group_rl",
                          "rlft.methods.prompt_sampler"}
@@ -157,7 +158,7 @@ def test_every_command_module_is_registered(command):
 
 # --------------------------------------------------------------------------- the command table
 
-TRAINING_COMMANDS = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "ppo", "distill")
+TRAINING_COMMANDS = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "ppo", "distill", "bootstrap")
 MAX_TRAINING_COMMAND_LINES = 50  # a signature of options and one `o.train(ctx, METHOD)` call
 
 

@@ -62,6 +62,7 @@ def infer_signal(paths: list[str], verifier: str | None = None, **flags: Any) ->
         v = get_verifier(verifier) if verifier else pick_verifier(rows)
         if v is not None:  # the spec as the user wrote it (a plugin's name is only its function's)
             s.verifier, s.format_only = verifier or v.name, bool(getattr(v, "format_only", False)) or s.format_only
+            s.partial_credit = bool(getattr(v, "partial_credit", False))
         s.sft_field = next((f for f in ("solution", "completion", "answer", "label")
                             if all(isinstance(r.data.get(f), str) and r.data[f].strip() for r in rows)), None)
     elif verifier:
@@ -87,6 +88,9 @@ def preflight(s: Signal, num_generations: int = 8, max_prompts: int = 64, rows: 
     from rlft.preflight import run_preflight
 
     result = run_preflight(s.model, rows or s.data_rows, s.verifier, num_generations, max_prompts)
+    # seconds per sampled and scored answer on this machine (batched as training samples), for the rollout prices
+    seconds = getattr(result, "sample_seconds", 0.0)
+    s.seconds_per_rollout = seconds / max(1, result.prompts * result.num_generations) if seconds else None
     s.pass_rate = float(result.pass_rate)
     s.mixed_fraction = float(result.mixed_fraction) if result.mixed_fraction is not None else None
     s.preflight_verdict = getattr(result, "verdict", None)

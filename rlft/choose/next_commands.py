@@ -14,12 +14,13 @@ from typing import Any
 
 RECIPES_TINY = {"sft": "sft_tiny.yaml", "dpo": "dpo_tiny.yaml", "grpo": "grpo_math_tiny.yaml",
                 "reward": "reward_tiny.yaml", "ppo": "ppo_tiny.yaml", "kto": "kto_tiny.yaml",
-                "rloo": "rloo_math_tiny.yaml", "distill": "distill_tiny.yaml"}
+                "rloo": "rloo_math_tiny.yaml", "distill": "distill_tiny.yaml", "bootstrap": "bootstrap_tiny.yaml"}
 RECIPES_REAL = {"sft": "sft_qwen0.5b_lora.yaml", "dpo": "dpo_qwen0.5b_lora.yaml",
                 "grpo": "grpo_qwen0.5b_lora.yaml", "reward": "reward_qwen0.5b_lora.yaml",
                 "ppo": "ppo_qwen0.5b_lora.yaml"}
 # SmolLM2-135M-Instruct (`--model smollm2`): one LoRA recipe per method, chat prompts through data.as_chat.
-RECIPES_SMOLLM2 = {m: f"{m}_smollm2.yaml" for m in ("sft", "dpo", "reward", "grpo", "ppo", "kto", "rloo", "distill")}
+RECIPES_SMOLLM2 = {m: f"{m}_smollm2.yaml" for m in ("sft", "dpo", "reward", "grpo", "ppo", "kto", "rloo", "distill",
+                                                    "bootstrap")}
 SFT_OUT, REWARD_OUT = "runs/sft", "runs/reward"
 
 
@@ -140,6 +141,10 @@ def _method_commands(method: str, s: Any, model: str | None) -> list[str]:
                f"--recipe {recipe}{m}")
         return [*pre, reward, ppo]
     flag = _recipe_flag(method, s.model)
+    if method == "bootstrap":
+        paths = s.paths if s.kind == "verifier" else []
+        return [(f"rlft bootstrap {_files('--prompts', paths, 'PROMPTS.jsonl')} "
+                 f"--verifier {_q(s.verifier or 'VERIFIER')}{flag}{m}")]
     if method == "kto":
         paths = s.paths if s.kind == "thumbs" else []
         return [f"rlft kto {_files('--feedback', paths, 'FEEDBACK.jsonl')}{flag}{m}"]

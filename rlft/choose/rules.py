@@ -18,6 +18,8 @@ The rules follow the domain table in the design notes (and the teaching texts be
   pairs (about 1k-5k)            dpo       one offline pass, no reward model; fewer -> warning with the count
   pairs, all chosen == rejected  sft       no preference to learn (error); the chosen texts still demonstrate
   taste that pairs cannot cover  ppo       only with --budget high (4 networks, online sampling); else dpo
+  verifier, measured, 0/1        bootstrap passes sometimes and a pass/fail reward: rejection-sampling SFT
+                                           (rlft/choose/pricing.py prices its rollouts against GRPO's)
   verifier                       grpo      only if the model passes sometimes: pass rate 0 -> sft first,
                                            pass rate >= 0.9 -> harder prompts, mixed groups < 10% -> not ready
                                            (and SFT first when the model mostly fails)
@@ -43,20 +45,20 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from rlft.choose.next_commands import RECIPES_REAL, RECIPES_TINY, build_commands, recipe_for  # noqa: F401
+from rlft.choose.pricing import PASS_RATE_HIGH, rule_bootstrap
 from rlft.errors import UserError
 from rlft.lint import Finding
 from rlft.rows import verifier_registry
 
 SIGNALS = ("demonstrations", "pairs", "verifier", "ratings", "taste", "thumbs", "teacher", "environment")
 BUDGETS = ("low", "medium", "high")
-METHODS = ("sft", "dpo", "grpo", "ppo", "kto", "rloo", "distill")
+METHODS = ("sft", "dpo", "grpo", "ppo", "kto", "rloo", "distill", "bootstrap")
 # lint's name for a kind of row -> the signal it carries
 KIND_TO_SIGNAL = {"demonstrations": "demonstrations", "pairs": "pairs", "verifiable": "verifier",
                   "ratings": "ratings", "thumbs": "thumbs"}
 # When files of several kinds are given, the strongest signal leads: a verifier checks correctness without
 # human labels, pairs carry a preference, ratings a noisier one; demonstrations go first as SFT anyway.
 PRIORITY = ("verifier", "pairs", "thumbs", "ratings", "demonstrations")
-
 # --- thresholds, with their arithmetic
 # What rlft measured with pairs (docs/preferences.md; recipes/dpo_tiny.yaml and ppo_tiny.yaml headers): the numbers
 # `rlft choose` gives for pairs. Update them with the table of `make demo-prefs` when it is measured.
@@ -70,7 +72,6 @@ MIN_DEMOS = 100              # below ~100 demonstrations SFT mostly memorises th
 MIN_PROMPTS = 100            # GRPO revisits each prompt every epoch; under ~100 it overfits them quickly
 MIN_TOP_RATED = 100          # the same floor as demonstrations, for SFT on the top-rated replies
 MIN_RATED_PAIRS = 100        # ratings make DPO pairs only when 100+ prompts have differently rated replies
-PASS_RATE_HIGH = 0.9         # at p = 0.9 and G = 8, a group is all-correct with probability 0.9^8 = 0.43
 MIXED_MIN = 0.1              # under 10% mixed groups, >90% of GRPO's sampling yields zero advantage
 GRPO_GROUP, RLOO_GROUP = 8, 4  # samples per prompt in the shipped recipes: RLOO's leave-one-out baseline
                              # needs no group std, so k = 4 works where GRPO's std of G rewards wants 8
@@ -107,6 +108,10 @@ WHAT = {  # method -> (needs, fails by, watch): the domain table, one line each
              ["zero-signal groups: all k rewards equal, so every advantage is 0",
               "a format-only or loose verifier: reward hacking"],
              ["frac_reward_zero_std (the share of all-equal groups)", "reward against held-out pass@1 (rlft eval)"]),
+    "bootstrap": (["prompts the model solves sometimes", "a pass/fail verifier", "N samples per prompt and round, "
+                   "then a short SFT on the accepted ones"], ["learning only what the model solves sometimes (the "
+                   "rest: unsolved.jsonl)", "a format-only or loose verifier: it keeps wrong answers"], ["the "
+                   "acceptance rate per round", "held-out pass@1 after each round (the best round is kept)"]),
     "distill": (["a teacher model with the student's tokenizer, that you can run during training",
                  "prompts (no answers needed)", "memory for the student and the teacher"],
                 ["a teacher with another tokenizer (refused before training)",
@@ -144,6 +149,8 @@ class Signal:
     mixed_interval: tuple | None = None         # pre-flight: its 90% Wilson interval over `preflight_prompts`
     preflight_prompts: int | None = None
     preflight_verdict: str | None = None
+    partial_credit: bool = False                # the verifier gives rewards between 0 and 1
+    seconds_per_rollout: float | None = None    # pre-flight: its sampling time over its sampled answers
     # from data files
     paths: list[str] = field(default_factory=list)
     other: dict[str, list[str]] = field(default_factory=dict)   # other signals in the data -> their files
@@ -177,6 +184,7 @@ class Recommendation:
     recipe: str | None = None
     then: str | None = None                     # the method that follows an SFT-first step
     signal: dict[str, Any] = field(default_factory=dict)
+    rollout_estimate: dict[str, Any] | None = None  # bootstrap vs GRPO, with a measured pass rate (`price`)
 
     @property
     def next_command(self) -> str:
@@ -194,7 +202,8 @@ class Recommendation:
         return {"method": self.method, "then": self.then, "ready": self.ready, "reasons": self.reasons,
                 "needs": self.needs, "fails_by": self.fails_by, "watch": self.watch,
                 "warnings": [asdict(n) for n in self.warnings], "next_command": self.next_command,
-                "commands": self.commands, "recipe": self.recipe, "signal": self.signal}
+                "commands": self.commands, "recipe": self.recipe, "signal": self.signal,
+                **({"rollout_estimate": self.rollout_estimate} if self.rollout_estimate else {})}
 
 
 # --------------------------------------------------------------------------- rules
@@ -437,7 +446,7 @@ def rule_budget_cost(s: Signal, r: Recommendation) -> None:
 
 
 RULES: list[Callable[[Signal, Recommendation], None]] = [
-    rule_signal, rule_taste_budget, rule_pairs_size, rule_rows_size, rule_verifier, rule_sft_first,
+    rule_signal, rule_taste_budget, rule_pairs_size, rule_rows_size, rule_verifier, rule_bootstrap, rule_sft_first,
     rule_other_signals, rule_lint, rule_rloo, rule_budget_cost,
 ]
 

@@ -146,6 +146,7 @@ def choose(
         if verifier:
             v = get_verifier(verifier)
             s.format_only = s.format_only or bool(getattr(v, "format_only", False))
+            s.partial_credit = bool(getattr(v, "partial_credit", False))
     _check_measured(pass_rate, mixed_fraction, num_generations)
     rec = recommend(s, pass_rate=pass_rate, mixed_fraction=mixed_fraction)
     if json_out:
@@ -230,6 +231,14 @@ def _print(rec) -> None:
         con.print("[bold]warnings[/]")
         for n in rec.warnings:
             con.print(f"  [{LEVEL_STYLE[n.level]}]{n.level:<7}[/] {n.code}: {escape(n.message)}")
+    e = rec.rollout_estimate
+    if e:
+        con.print(f"[bold]rollouts[/] for {e['prompts']:,} prompts at pass rate {e['pass_rate']:.0%} (estimate)")
+        for name in ("bootstrap", "grpo"):
+            minutes = e[f"{name}_minutes"]
+            con.print(f"  {name:<9} {e[f'{name}_rollouts']:>9,} rollouts, {e[f'{name}_trained_rows']:>9,} rows "
+                      f"trained" + (f", ~{minutes:g} min on this machine" if minutes is not None else ""))
+        con.print(f"  [dim]{escape(e['assumes'])}[/]")
     con.print("[bold]next[/]" + (f" (recipe {rec.recipe})" if rec.recipe else ""))
     for cmd in rec.commands:
         con.print(f"  {escape(cmd)}")

@@ -88,6 +88,9 @@ CONFIG_KEYS = {
     "preflight": "{method}.preflight", "filter_prompts": "{method}.filter_prompts",
     "max_memory": "{method}.max_memory_gb", "teacher": "{method}.teacher_model_name_or_path",
     "tools": "{method}.tools", "env": "{method}.env",
+    "samples": "{method}.samples", "rounds": "{method}.rounds", "keep_per_prompt": "{method}.keep_per_prompt",
+    "threshold": "{method}.threshold", "temperature": "{method}.temperature",
+    "max_new_tokens": "{method}.max_new_tokens", "bootstrap_teacher": "{method}.teacher",
 }
 # The options that steer the command rather than set a config value.
 CONTROLS = ("recipe", "set_", "print_config", "overwrite", "resume", "dry_run")
@@ -154,6 +157,10 @@ def run_method(cfg, overwrite: bool = False, resume: bool = False):
 
     if cfg.method == "ppo":
         return ppo.run(cfg, overwrite=overwrite, resume=resume, console=err_console)
+    if cfg.method == "bootstrap":  # rounds of sample -> keep -> SFTTrainer: rlft's own loop
+        from rlft.methods import bootstrap
+
+        return bootstrap.run(cfg, overwrite=overwrite, resume=resume, console=err_console)
     module = {"sft": sft, "dpo": dpo, "kto": kto, "reward": reward, "grpo": grpo, "rloo": rloo,
               "distill": distill}[cfg.method]
     return train(cfg, module, overwrite=overwrite, resume=resume, console=err_console)
