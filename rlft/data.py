@@ -46,8 +46,10 @@ class Row:
 
 
 def read_rows(path: str, fields: dict[str, str] | None = None, split: str = "train",
-              max_rows: int | None = None) -> list[Row]:
-    """Read one file or hub dataset into Rows, renaming columns per `fields` ({canonical: column})."""
+              max_rows: int | None = None, hashes: dict[str, str] | None = None) -> list[Row]:
+    """Read one file or hub dataset into Rows, renaming columns per `fields` ({canonical: column}); a local
+    file's sha256 (of the bytes read) goes into `hashes` under its name as given."""
+    given = str(path)
     path = os.path.expanduser(path)
     p = Path(path)
     suffix = p.suffix.lower()
@@ -66,6 +68,10 @@ def read_rows(path: str, fields: dict[str, str] | None = None, split: str = "tra
         if big:
             print(f"reading {path} ({p.stat().st_size / 2**20:.0f} MB)...", file=sys.stderr, flush=True)
         raw = _read_bytes(p, path)
+        if hashes is not None:
+            import hashlib
+
+            hashes[given] = hashlib.sha256(raw).hexdigest()  # rlft.run_guard.content_hash of these bytes
         if not raw.strip():
             raise DataError([row_problem(path, None, None, "file is empty")], "add rows, one JSON object per line")
         if suffix == ".parquet":
@@ -433,12 +439,14 @@ def _validate_columns(rows: list[Row]) -> None:
         raise DataError(problems)
 
 
-def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], list[Row]]:
-    """Read and validate train (and eval) rows of `kind` (a method's KIND); returns (train_rows, eval_rows)."""
+def load_split(data_cfg: Any, kind: str, seed: int = 42,
+               hashes: dict[str, str] | None = None) -> tuple[list[Row], list[Row]]:
+    """Read and validate train (and eval) rows of `kind` (a method's KIND); returns (train_rows, eval_rows).
+    `hashes` gets the sha256 of each local training file's bytes as read (rlft.run_guard's fingerprint)."""
     if not data_cfg.train:
         raise UserError("no training data given", "pass --data FILE (or set data.train in the recipe)")
     kwargs = dict(fields=data_cfg.fields, split=data_cfg.split)
-    train = read_many(data_cfg.train, **kwargs)
+    train = read_many(data_cfg.train, hashes=hashes, **kwargs)
     evals = read_rows(data_cfg.eval, **kwargs) if data_cfg.eval else []
     cut = bool(data_cfg.max_rows) and len(train) > data_cfg.max_rows
     if cut:  # before validation: the rows checked are the rows trained on (KTO's two labels)
