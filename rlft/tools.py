@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import signal
 import threading
 from collections import Counter
@@ -58,11 +59,17 @@ class ToolStats:
     calls: int = 0
     errors: Counter = field(default_factory=Counter)
     render_mismatches: int = 0  # episodes whose trained ids differed from the template's rendering (sampled)
+    env: Any = None  # EnvFailures: episodes a failing reset / get_reward cost
     _seen: tuple = (0, 0)
+
+    def __post_init__(self):
+        if self.env is None:
+            self.env = EnvFailures()
 
     def as_dict(self) -> dict[str, Any]:
         return {"tool_calls": self.calls, "tool_errors": sum(self.errors.values()), "by_kind": dict(self.errors),
-                "render_mismatches": self.render_mismatches}
+                "render_mismatches": self.render_mismatches,
+                "env_failed_episodes": dict(self.env.counts), "env_last_failure": self.env.last}
 
     def since_last(self) -> dict[str, int]:
         calls, errors = self.calls, sum(self.errors.values())
@@ -133,12 +140,26 @@ def _type_hints(fn) -> dict:
 
 
 def _result_text(result: Any, cap: int) -> str:
+    """The tool's result as text the tokenizer can take, or a ToolError for that call: numbers become their
+    text (an int past Python's 4300-digit str limit, or past the cap, is an error result), a string with a
+    lone surrogate (not UTF-8) is an error result, anything else is."""
+    if isinstance(result, int) and not isinstance(result, bool) and result.bit_length() > cap * 3.33 + 64:
+        raise ToolError("too_long", f"the tool returned an integer of about {int(result.bit_length() * 0.30103):,} "
+                                    f"digits, over the cap of {cap:,} characters")
     if isinstance(result, (int, float)):  # bool is an int
-        result = str(result)
+        try:
+            result = str(result)
+        except ValueError as exc:  # int of more digits than sys.get_int_max_str_digits()
+            raise ToolError("too_long", f"the tool returned a number that cannot be written out ({exc})") from None
     if not isinstance(result, str):
         raise ToolError("not_string", f"the tool returned {type(result).__name__}, not a string")
     if len(result) > cap:
         raise ToolError("too_long", f"the tool returned {len(result):,} characters, over the cap of {cap:,}")
+    try:
+        result.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError("not_string", f"the tool returned text that is not UTF-8 ({exc.reason} at {exc.start})") \
+            from None
     return result
 
 
@@ -152,12 +173,7 @@ def guard(fn, limits: Limits, stats: ToolStats):
         target = functools.partial(fn, *args)  # args: `self` for an environment's method
         try:
             _check_arguments(target, fn, kwargs)
-            try:
-                result = _call_with_timeout(target, kwargs, limits.timeout)
-            except (ToolError, KeyboardInterrupt):
-                raise
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the model's arguments broke the tool
-                raise ToolError("raised", f"{type(exc).__name__}: {str(exc)[:200]}") from None
+            result = contained(target, kwargs, limits.timeout)
             return _result_text(result, limits.output_chars)
         except ToolError as exc:
             stats.errors[exc.kind] += 1
@@ -166,9 +182,96 @@ def guard(fn, limits: Limits, stats: ToolStats):
     return guarded
 
 
+def contained(fn, kwargs: dict, seconds: float):
+    """Call the user's `fn(**kwargs)` with what rlft can contain in its own process: the timeout
+    (`_call_with_timeout`), what it prints to stdout/stderr captured (`rlft eval --json` stays JSON), the working
+    directory restored (the run's files never land in the tool's folder), and any exception, SystemExit and
+    asyncio.CancelledError included (Ctrl-C aside), turned into a ToolError for that call. Not contained in
+    process: a tool that swallows the timeout in a bare `except:` loop, forks, or starts non-daemon threads
+    (docs/tools.md)."""
+    import contextlib
+    import io
+    import os
+
+    cwd = os.getcwd()
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            return _call_with_timeout(fn, kwargs, seconds)
+    except (ToolError, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the user's code failed: that call's (or episode's) error
+        raise ToolError("raised", f"{type(exc).__name__}: {str(exc)[:200]}") from None
+    finally:
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
+
+
+@dataclass
+class EnvFailures:
+    """Episodes an environment method cost (reset or get_reward raised, timed out, returned the wrong kind or
+    NaN): counted by method, the last message and row kept for the report."""
+
+    counts: Counter = field(default_factory=Counter)
+    last: dict = field(default_factory=dict)
+
+    def add(self, method: str, message: str, row: dict | None) -> None:
+        self.counts[method] += 1
+        self.last[method] = {"error": message, "row": {k: str(v)[:80] for k, v in (row or {}).items()}}
+
+
+RLFT_KEYS = ("rlft_",)  # columns rlft adds to the rows (rlft.methods.prompt_sampler.INDEX): never passed to reset
+
+
 def guarded_env_class(cls: type, limits: Limits, stats: ToolStats) -> type:
-    """A subclass of the environment whose tool methods are guarded (TRL lists tools on the class)."""
+    """A subclass of the environment whose tool methods are guarded (TRL lists tools on the class), and whose
+    reset and get_reward cost their episode, never the run: a reset that raises, hangs past the tool timeout
+    or returns neither None nor a string marks the episode failed (its tools then return an error and its
+    get_reward 0.0); a get_reward that raises, hangs or returns a non-number or NaN gives 0.0. Each is counted
+    in `stats.env` (tools.json)."""
     body = {name: guard(member, limits, stats) for name, member in tool_methods(cls).items()}
+    user_reset, user_reward = cls.reset, getattr(cls, "get_reward", None)
+
+    def reset(self, **row):
+        self._rlft_failed = None
+        row = {k: v for k, v in row.items() if not k.startswith(RLFT_KEYS)}
+        try:
+            obs = contained(functools.partial(user_reset, self), row, limits.timeout)
+            if obs is not None and not isinstance(obs, str):
+                raise ToolError("raised", f"reset returned {type(obs).__name__}, not None or a string")
+            return obs
+        except ToolError as exc:
+            self._rlft_failed = f"reset failed: {exc}"
+            stats.env.add("reset", str(exc), row)
+            return None
+
+    body["reset"] = functools.wraps(user_reset)(reset)
+    if user_reward is not None:
+        def get_reward(self):
+            if getattr(self, "_rlft_failed", None):
+                return 0.0
+            try:
+                r = contained(functools.partial(user_reward, self), {}, limits.timeout)
+                if isinstance(r, bool) or not isinstance(r, (int, float)):
+                    raise ToolError("raised", f"get_reward returned {type(r).__name__}, not a number")
+                if not math.isfinite(r):
+                    raise ToolError("raised", f"get_reward returned {r}")
+                return float(r)
+            except ToolError as exc:
+                stats.env.add("get_reward", str(exc), None)
+                return 0.0
+
+        body["get_reward"] = functools.wraps(user_reward)(get_reward)
+    for name, tool in list(tool_methods(cls).items()):
+        def env_tool(self, *args, _tool=body[name], **kwargs):
+            if getattr(self, "_rlft_failed", None):
+                stats.errors["env_failed"] += 1
+                raise ToolError("env_failed", self._rlft_failed)
+            return _tool(self, *args, **kwargs)
+
+        wrapped = functools.wraps(tool)(env_tool)
+        wrapped.__signature__ = inspect.signature(tool)
+        body[name] = wrapped
     return type(cls.__name__, (cls,), {**body, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
 
@@ -192,6 +295,7 @@ def load_tools(path: str) -> list:
         raise UserError(f"{path} defines no tool function", "define typed functions with docstrings (or TOOLS = [...])")
     for fn in fns:
         check_tool(fn, f"{path}:{getattr(fn, '__name__', fn)}")
+    check_unique_names(fns, path)
     return fns
 
 
@@ -207,11 +311,26 @@ def load_env(spec: str) -> type:
     if not callable(getattr(cls, "reset", None)):
         raise UserError(f"{spec} has no reset() method", "TRL's environment contract: def reset(self, **row) -> "
                                                          "str | None (the string is appended to the prompt)")
+    for n, member in vars(cls).items():
+        if not n.startswith("_") and isinstance(member, (staticmethod, classmethod)):
+            raise UserError(f"{spec}.{n} is a {type(member).__name__}; TRL calls an environment's tools on its "
+                            "instance (self first)", f"make {n} a plain method (def {n}(self, ...))")
     if not tool_methods(cls):
         raise UserError(f"{spec} has no tool methods", "add public methods with type hints and a docstring")
     for n, m in tool_methods(cls).items():
         check_tool(m, f"{spec}.{n}", method=True)
     return cls
+
+
+def check_unique_names(fns: list, where: str) -> None:
+    """Two tools of one name: the model could call only one of them (TRL maps names to functions)."""
+    seen: dict[str, Any] = {}
+    for fn in fns:
+        name = getattr(fn, "__name__", str(fn))
+        if name in seen:
+            raise UserError(f"{where}: two tools are named '{name}', so the model could call only one of them",
+                            "give each tool its own function name")
+        seen[name] = fn
 
 
 def check_tool(fn, where: str, method: bool = False) -> None:
@@ -232,6 +351,9 @@ def check_tool(fn, where: str, method: bool = False) -> None:
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise UserError(f"tool {where} takes *{p.name}", "name every argument the model may pass")
+        if p.kind == p.POSITIONAL_ONLY:  # TRL calls tool(**arguments): a positional-only one can never be passed
+            raise UserError(f"tool {where}: argument '{p.name}' is positional-only, and tools are called with "
+                            "keyword arguments", "drop the `/` from its signature")
         if p.name not in hints:
             raise UserError(f"tool {where}: argument '{p.name}' has no type hint",
                             f"annotate it, e.g. {p.name}: str")
@@ -244,29 +366,37 @@ def check_tool(fn, where: str, method: bool = False) -> None:
                         "document every argument in the docstring (Args:\\n    name: what it is)") from None
 
 
-def dry_episode(cls: type, row: dict, where: str) -> None:
+def dry_episode(cls: type, row: dict, where: str, timeout: float = 5.0) -> None:
     """Build the environment, reset it on a training row, read its reward: the user's code, run once before
     training so a broken environment is one line, not a traceback at step 1."""
     try:
-        env = cls()
-    except Exception as exc:  # noqa: BLE001
-        raise UserError(f"{where}(): {type(exc).__name__}: {exc}", "the constructor must take no arguments") from None
+        env = contained(cls, {}, timeout)
+    except ToolError as exc:
+        raise UserError(f"{where}(): {exc}", "the constructor must take no arguments") from None
+    row = {k: v for k, v in row.items() if not k.startswith(RLFT_KEYS)}
     try:
-        obs = env.reset(**row)
-    except Exception as exc:  # noqa: BLE001
-        raise UserError(f"{where}.reset(**row) on the first training row: {type(exc).__name__}: {exc}",
+        inspect.signature(cls.reset).bind(env, **row)
+    except TypeError as exc:
+        raise UserError(f"{where}.reset cannot take the training rows' fields as keywords ({exc})",
+                        "reset receives every field of a row as keywords: def reset(self, **kwargs)") from None
+    try:
+        obs = contained(env.reset, row, timeout)
+    except ToolError as exc:
+        raise UserError(f"{where}.reset(**row) on the first training row: {exc}",
                         "reset receives every field of a row as keywords; accept **kwargs for the rest") from None
     if obs is not None and not isinstance(obs, str):
         raise UserError(f"{where}.reset returned {type(obs).__name__}", "return None or a string (appended to "
                                                                         "the prompt)")
     if callable(getattr(env, "get_reward", None)):
         try:
-            r = env.get_reward()
-        except Exception as exc:  # noqa: BLE001
-            raise UserError(f"{where}.get_reward() after reset: {type(exc).__name__}: {exc}",
+            r = contained(env.get_reward, {}, timeout)
+        except ToolError as exc:
+            raise UserError(f"{where}.get_reward() after reset: {exc}",
                             "get_reward must work on an episode without tool calls") from None
         if isinstance(r, bool) or not isinstance(r, (int, float)):
             raise UserError(f"{where}.get_reward returned {type(r).__name__}", "return a float")
+        if not math.isfinite(r):
+            raise UserError(f"{where}.get_reward returned {r} after reset", "return a finite float")
 
 
 # --------------------------------------------------------------------------- chat templates
@@ -455,9 +585,16 @@ def make_setup(tools_file: str | None, env_spec: str | None, rows: list[dict], l
     if env_spec:
         cls = load_env(env_spec)
         if rows:
-            dry_episode(cls, rows[0], env_spec)
+            dry_episode(cls, rows[0], env_spec, limits.timeout)
+        check_unique_names([*load_tools_names(setup.tools), *tool_methods(cls).values()], f"{tools_file} and "
+                           f"{env_spec}" if tools_file else env_spec)
         setup.env_class = guarded_env_class(cls, limits, setup.stats)
     return setup
+
+
+def load_tools_names(tools: list) -> list:
+    """The guarded tools as their functions (for name checks)."""
+    return [getattr(t, "__wrapped__", t) for t in tools]
 
 
 def counts_callback(stats: ToolStats):
