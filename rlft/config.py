@@ -15,6 +15,7 @@ for it).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,12 +317,16 @@ def _check(value: Any, spec: Field) -> tuple[Any, str | None]:
                     return value, f"expected {'an integer' if kind == 'int' else 'a number'}"
             else:
                 return value, f"expected {'an integer' if kind == 'int' else 'a number'}"
+        if not math.isfinite(value):  # .nan, .inf, "nan": YAML and float() read them as numbers
+            return value, f"expected a finite {'integer' if kind == 'int' else 'number'}"
         if kind == "int":
             if float(value) != int(value):
                 return value, "expected an integer"
             value = int(value)
         if spec.minimum is not None and value < spec.minimum:
             return value, f"must be >= {spec.minimum}"
+        if spec.above is not None and value <= spec.above:
+            return value, f"must be > {spec.above}"
         if spec.maximum is not None and value > spec.maximum:
             return value, f"must be <= {spec.maximum}"
     elif kind == "str":
@@ -351,6 +356,8 @@ def _check_passthrough(value: Any, default: Any) -> tuple[Any, str | None]:
         return value, None if isinstance(value, bool) else "expected true or false"
     if isinstance(default, (int, float)):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and not math.isfinite(value):
+            return value, "expected a finite number"
         return value, None if ok else "expected a number"
     if isinstance(default, str) and isinstance(value, bool):
         # YAML reads an unquoted `no` (or `off`) as false; TRL's string settings spell it "no" (save_strategy,

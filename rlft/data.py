@@ -17,6 +17,7 @@ Row kinds, named by the signal they carry as in `rlft data lint` and `rlft choos
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -28,6 +29,7 @@ from typing import Any, Iterable
 
 from rlft.bounded import cell_problems, check_text_file, json_depth_problem, kind_of, raise_csv_limit
 from rlft.errors import DataError, UserError, row_problem
+from rlft.tool_arguments import keep_arguments_per_row
 
 LOCAL_SUFFIXES = {".jsonl", ".json", ".csv", ".parquet"}
 ROLES = {"system", "user", "assistant", "tool"}
@@ -46,8 +48,10 @@ class Row:
 
 
 def read_rows(path: str, fields: dict[str, str] | None = None, split: str = "train",
-              max_rows: int | None = None) -> list[Row]:
-    """Read one file or hub dataset into Rows, renaming columns per `fields` ({canonical: column})."""
+              max_rows: int | None = None, hashes: dict[str, str] | None = None) -> list[Row]:
+    """Read one file or hub dataset into Rows, renaming columns per `fields` ({canonical: column}); the sha256
+    of a local file's bytes as read goes into `hashes` under its name as given."""
+    given = str(path)
     path = os.path.expanduser(path)
     p = Path(path)
     suffix = p.suffix.lower()
@@ -66,6 +70,8 @@ def read_rows(path: str, fields: dict[str, str] | None = None, split: str = "tra
         if big:
             print(f"reading {path} ({p.stat().st_size / 2**20:.0f} MB)...", file=sys.stderr, flush=True)
         raw = _read_bytes(p, path)
+        if hashes is not None:  # rlft.run_guard.content_hash of these bytes
+            hashes[given] = hashlib.sha256(raw).hexdigest()
         if not raw.strip():
             raise DataError([row_problem(path, None, None, "file is empty")], "add rows, one JSON object per line")
         if suffix == ".parquet":
@@ -433,12 +439,13 @@ def _validate_columns(rows: list[Row]) -> None:
         raise DataError(problems)
 
 
-def load_split(data_cfg: Any, kind: str, seed: int = 42) -> tuple[list[Row], list[Row]]:
-    """Read and validate train (and eval) rows of `kind` (a method's KIND); returns (train_rows, eval_rows)."""
+def load_split(data_cfg: Any, kind: str, seed: int = 42, hashes: dict | None = None) -> tuple[list[Row], list[Row]]:
+    """Read and validate train (and eval) rows of `kind` (a method's KIND); returns (train_rows, eval_rows).
+    `hashes` gets the sha256 of each local training file's bytes as read (rlft.run_guard's fingerprint)."""
     if not data_cfg.train:
         raise UserError("no training data given", "pass --data FILE (or set data.train in the recipe)")
     kwargs = dict(fields=data_cfg.fields, split=data_cfg.split)
-    train = read_many(data_cfg.train, **kwargs)
+    train = read_many(data_cfg.train, hashes=hashes, **kwargs)
     evals = read_rows(data_cfg.eval, **kwargs) if data_cfg.eval else []
     cut = bool(data_cfg.max_rows) and len(train) > data_cfg.max_rows
     if cut:  # before validation: the rows checked are the rows trained on (KTO's two labels)
@@ -485,7 +492,8 @@ def to_dataset(rows: list[Row], columns: tuple[str, ...] | None = None):
 
     records = [{k: v for k, v in r.data.items() if columns is None or k in columns} for r in rows]
     try:
-        return Dataset.from_list(records)
+        ds = Dataset.from_list(records)
+        return keep_arguments_per_row(ds, records)
     except (TypeError, ValueError) as exc:  # pyarrow's ArrowTypeError / ArrowInvalid: values that mix types
         keys = tuple(dict.fromkeys(k for rec in records for k in rec))
         problems = mixed_types(rows, keys) or [row_problem(rows[0].source, None, None, str(exc).splitlines()[0])]

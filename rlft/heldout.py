@@ -47,6 +47,22 @@ def slice_size(n_rows: int, fraction: float = 0.05, ceiling: int = 100) -> int:
     return max(0, min(want, int(n_rows * CEILING_SHARE), ceiling))
 
 
+def prompt_key(row: Any) -> str:
+    """What groups rows by prompt (a chat prompt by its messages; a messages-only row by its messages)."""
+    data = row.data if hasattr(row, "data") else row
+    return str(data.get("prompt", data.get("messages")))
+
+
+def holdout_kind(rows: list[dict]) -> str:
+    """The shape of a watch.holdout file's rows, which its metric follows: "pairs" (prompt, chosen, rejected),
+    "thumbs" (prompt, completion, label), else "verifiable" (prompts + the verifier's gold)."""
+    if rows and all({"chosen", "rejected"} <= set(r) for r in rows):
+        return "pairs"
+    if rows and all({"completion", "label"} <= set(r) for r in rows):
+        return "thumbs"
+    return "verifiable"
+
+
 def prompt_groups(rows: list) -> list[list[int]]:
     """Row indices grouped by prompt, in first-seen order."""
     groups: dict[str, list[int]] = {}

@@ -136,6 +136,25 @@ def build_once(path: Path, build) -> Path:
     return path
 
 
+def record_files(folder: Path) -> dict[str, int]:
+    """{file name: size} of a built cache folder's weights, for `intact` (recorded in merged_from.json)."""
+    return {f.name: f.stat().st_size for f in sorted(folder.glob("*.safetensors"))}
+
+
+def intact(folder: Path, manifest: str = "merged_from.json") -> bool:
+    """A built cache folder whose weights are all there at the sizes its manifest recorded (a truncated or
+    deleted file fails); a folder from before sizes were recorded counts as intact."""
+    import json
+
+    try:
+        recorded = json.loads((folder / manifest).read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return False
+    if not isinstance(recorded, dict):
+        return True
+    return all((folder / name).is_file() and (folder / name).stat().st_size == size for name, size in recorded.items())
+
+
 def check_gguf_header(src: Path) -> None:
     """The GGUF header (magic, version, tensor count, metadata count) fits the file: a damaged count (2**40
     tensors) would make the reader allocate for it before failing."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlft.errors import UserError
-from rlft.model_sources import SMOLLM2, build_once, cache_dir, gguf_folder, is_gguf, smollm2_gguf
+from rlft.model_sources import SMOLLM2, build_once, cache_dir, gguf_folder, intact, is_gguf, record_files, smollm2_gguf
 
 TINY = "tiny"
 # Character vocabulary: printable ASCII (94) + space + newline = 96 characters, plus 4 special tokens.
@@ -425,7 +425,11 @@ def merged_parent(adapter: str, base: str, head: str = "causal") -> Path:
                     digest.update(hashlib.sha256(f.read_bytes()).digest())
     out = cache_dir() / f"merged-{digest.hexdigest()[:20]}"
     if (out / "config.json").exists():
-        return out
+        if intact(out):
+            return out
+        print(f"note: the merged-parent cache {out} is damaged (a weights file is missing or not the size "
+              "merged_from.json recorded): rebuilding it", file=__import__("sys").stderr)
+        __import__("shutil").rmtree(out)
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
@@ -440,7 +444,8 @@ def merged_parent(adapter: str, base: str, head: str = "causal") -> Path:
         model.save_pretrained(tmp)
         load_tokenizer(adapter).save_pretrained(tmp)
         (tmp / "merged_from.json").write_text(json.dumps({"adapter": str(a.resolve()), "base": str(base),
-                                                          "dtype": "float32"}, indent=2) + "\n")
+                                                          "dtype": "float32", "files": record_files(tmp)},
+                                                         indent=2) + "\n")
 
     return build_once(out, save)
 

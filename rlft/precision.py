@@ -127,11 +127,16 @@ class Precision:
 
 
 def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: str,
-           bf16: bool | None, method: str = "", speedup: float | None = None) -> Precision:
+           bf16: bool | None, method: str = "", speedup: float | None = None, fp16: bool | None = None) -> Precision:
     """The precision of one run. `dtype` is model.dtype as configured, `bf16` train.bf16 (None: auto),
-    `speedup` the measured bf16 / fp32 matmul ratio (`bf16_speedup`; None: not measured, the flag decides)."""
+    `speedup` the measured bf16 / fp32 matmul ratio (`bf16_speedup`; None: not measured, the flag decides).
+    A flag this machine cannot honour is a UserError (`refusal`), raised before anything is written."""
     if cuda:
         return Precision(dtype, bf16, "")
+    if problem := refusal(flag=flag, lora=lora, bf16=bf16, fp16=fp16):
+        from rlft.errors import UserError
+
+        raise UserError(*problem)
     if method == "ppo" and dtype == "auto":  # its value head and loss math are fp32 code (rlft/methods/ppo*.py)
         return Precision("float32", False, "precision: fp32 (rlft's PPO keeps fp32 on the CPU)")
     if four_bit:
@@ -162,6 +167,20 @@ def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: s
     return Precision("float32", False, "precision: fp32 (this CPU has no bf16 units: AMX or AVX512-BF16)")
 
 
+def refusal(*, flag: str | None, lora: bool, bf16: bool | None, fp16: bool | None) -> tuple[str, str] | None:
+    """(problem, fix) for a precision flag a CPU run cannot honour, else None. fp16 mixed precision is a CUDA
+    feature (TRL would autocast to fp16 on the CPU, slowly and without a loss scale); full fine-tuning with
+    train.bf16=true is TRL's bf16 autocast, emulated (and refused by transformers for want of use_cpu) on a CPU
+    without bf16 units. LoRA with train.bf16=true keeps its documented meaning (bf16 base weights)."""
+    if fp16:
+        return ("train.fp16=true: fp16 mixed precision needs a CUDA GPU, and this run is on the CPU",
+                "drop --set train.fp16=true (fp32 here; --lora trains in bf16 where the CPU has bf16 units)")
+    if bf16 and not lora and not flag:
+        return ("train.bf16=true: this CPU has no bf16 units (AMX or AVX512-BF16), so full fine-tuning cannot "
+                "train in bf16 here", "drop --set train.bf16=true (full fine-tuning trains in fp32 on this CPU)")
+    return None
+
+
 def apply(cfg, console=None) -> Precision:
     """Decide for this machine and write the decision into `cfg` (model.dtype, train.bf16); print the line."""
     import torch
@@ -170,7 +189,7 @@ def apply(cfg, console=None) -> Precision:
     t = cfg.values["train"]
     args = dict(cuda=torch.cuda.is_available(), flag=cpu_bf16_flag(), lora=bool(m["lora"]["enabled"]),
                 four_bit=bool(m.get("load_in_4bit")), dtype=str(m.get("dtype") or "auto"), bf16=t.get("bf16"),
-                method=cfg.method)
+                method=cfg.method, fp16=t.get("fp16"))
     p = decide(**args)
     if p.by_flag:  # the flag alone chose bf16: measure it
         p = decide(**args, speedup=measured_speedup())

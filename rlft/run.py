@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 from rlft.errors import Terminated, UserError, disk_errno
 from rlft.outputs import check_output, input_paths
-from rlft.run_guard import LOCK, check_not_live, check_same_run, release_lock
+from rlft.run_guard import LOCK, check_not_live, check_own_files, check_same_run, read_run_file, release_lock
 
 RUN_MARKERS = ("summary.json", "config.yaml")
 
@@ -115,23 +115,20 @@ def check_resume(cfg, out: Path) -> None:
     """Resume only the same run (rlft.run_guard.check_same_run: method, model, LoRA, teacher, reward model,
     verifiers, data and its content); a completed run only when there are steps left to take."""
     saved_path = out / "config.yaml"
-    if not saved_path.is_file() or last_checkpoint(out) is None:
+    if not out.is_dir() or last_checkpoint(out) is None:
         return  # rlft.run.prepare_output_dir says "no checkpoint" with its fix
-    import yaml
-
-    try:
-        saved = yaml.safe_load(saved_path.read_text()) or {}
-    except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"--resume: {saved_path} cannot be read ({type(exc).__name__})",
-                        "start a new run with another --output-dir") from exc
+    check_own_files(out)
+    if not os.path.lexists(saved_path):
+        return
+    saved = read_run_file(out, "config.yaml", "yaml", {})
+    summary = read_run_file(out, "summary.json", "json", {})
     if saved.get("method") != cfg.method:
         raise UserError(f"--resume: '{out}' is a `rlft {saved.get('method')}` run, not `rlft {cfg.method}`",
                         f"resume it with `rlft {saved.get('method')} --resume`, or train into another "
                         "--output-dir (pass the run as --model to start from its weights)")
     check_same_run(cfg, out, saved)
-    summary = read_json(out / "summary.json") if (out / "summary.json").is_file() else {}
-    if isinstance(summary, dict) and summary.get("status") == "completed":
-        old_train, new_train = saved.get("train") or {}, cfg.values["train"]
+    if summary.get("status") == "completed":
+        old_train, new_train = saved.get("train") if isinstance(saved.get("train"), dict) else {}, cfg.values["train"]
         done = summary.get("global_step") or 0
         # a run train.max_minutes ended early may go on to its planned end; a finished one only past it
         end = done if summary.get("time_limit") else max(done, old_train.get("max_steps", -1))
@@ -300,7 +297,7 @@ class RunRecord:
         self.out = out
         self.write = write  # False on the secondary processes of a multi-process run
         self.started = time.time()
-        prior = read_json(out / "summary.json") if write and (out / "summary.json").exists() else {}
+        prior = read_run_file(out, "summary.json", "json", {}) if write else {}
         self.summary: dict[str, Any] = {
             "method": method,
             "status": "running",

@@ -29,29 +29,118 @@ _held: dict[str, int] = {}  # realpath of a run folder -> the fd holding its loc
 # --------------------------------------------------------------------------- the lock
 
 
+# --------------------------------------------------------------------------- the folder's own files are data
+
+DAMAGED_FIX = ("check the folder: pass --overwrite to replace it, or choose another --output-dir (rlft never "
+               "follows or rewrites what a run folder's files point to)")
+
+
+def damaged(out: Path, name: str, why: str) -> UserError:
+    """The one refusal for a run folder whose own file is of the wrong kind or shape."""
+    return UserError(f"'{out}' is not an rlft run folder (or a damaged one): {name} {why}", DAMAGED_FIX)
+
+
+def _kind(path: Path) -> str | None:
+    """None for a regular file (or nothing there); else what stands in its place."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    return None
+
+
+def read_run_file(out: Path, name: str, parse: str = "json", default: Any = None) -> Any:
+    """A run folder's own JSON or YAML file (summary.json, fingerprint.json, config.yaml) as a mapping, read
+    without following a symlink; `default` when absent. Anything else (a symlink, a folder, a list, a damaged
+    document) is `damaged`: the folder is data, not trust."""
+    path = Path(out) / name
+    if not os.path.lexists(path):
+        return default
+    if why := _kind(path):
+        raise damaged(out, name, why)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(64 * 2**20 + 1)
+        if len(raw) > 64 * 2**20:
+            raise damaged(out, name, "is over 64 MB")
+        text = raw.decode("utf-8")
+        if parse == "json":
+            doc = json.loads(text)
+        else:
+            import yaml
+
+            doc = yaml.safe_load(text)
+    except UserError:
+        raise
+    except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise damaged(out, name, f"cannot be read ({type(exc).__name__})") from exc
+    except Exception as exc:  # yaml.YAMLError
+        raise damaged(out, name, f"is not valid {parse.upper()} ({type(exc).__name__})") from exc
+    if doc is None and parse == "yaml":
+        doc = {}
+    if not isinstance(doc, dict):
+        raise damaged(out, name, f"holds a {type(doc).__name__}, not a mapping")
+    return doc
+
+
+OWN_FILES = ("summary.json", "config.yaml", FINGERPRINT, "versions.json", LOCK)
+
+
+def check_own_files(out: Path) -> None:
+    """Every file rlft writes into a run folder it continues is a regular file or absent (`damaged` if not)."""
+    for name in OWN_FILES:
+        if why := _kind(Path(out) / name):
+            raise damaged(out, name, why)
+
+
+def check_lock_file(out: Path) -> None:
+    """`.rlft.lock` is a regular file of its own, or absent: a symlink (writing the PID would overwrite the file
+    it points to), a folder, or a file with other hard links is refused."""
+    path = Path(out) / LOCK
+    if why := _kind(path):
+        raise damaged(out, LOCK, why)
+    try:
+        if os.lstat(path).st_nlink > 1:
+            raise damaged(out, LOCK, "has other hard links (writing the PID would change another file)")
+    except FileNotFoundError:
+        pass
+
+
 def lock_holder(out: Path) -> int | None:
     """The PID training in `out` now (-1 if unknown), or None when no live process holds its lock."""
     import fcntl
 
     path = Path(out) / LOCK
-    if not path.is_file():
+    if _kind(path) or not path.is_file():
         return None
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         return None  # nobody holds it: a stale file left by a process that died
     except OSError:
-        text = path.read_text(errors="replace").strip()
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
         return int(text) if text.isdigit() else -1
     finally:
         os.close(fd)
 
 
 def check_not_live(out: Path, overwrite: bool = False, resume: bool = False) -> None:
-    """Refuse a run folder that a live process is training in."""
+    """Refuse a run folder that a live process is training in, or whose lock is not a regular file (unless
+    --overwrite replaces the folder: deleting a symlink never touches what it points to)."""
+    if not overwrite and Path(out).expanduser().is_dir():
+        check_lock_file(Path(out).expanduser())
     pid = lock_holder(Path(out).expanduser())
     if pid is None:
         return
@@ -67,7 +156,11 @@ def acquire_lock(out: Path) -> None:
     """Hold `out`'s lock for this process until `release_lock` (or the process's end)."""
     import fcntl
 
-    fd = os.open(Path(out) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    check_lock_file(Path(out))
+    try:  # O_NOFOLLOW: a symlink planted since the check is refused, never written through
+        fd = os.open(Path(out) / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise damaged(Path(out), LOCK, f"cannot be opened as a regular file ({exc.strerror})") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -92,8 +185,9 @@ def release_lock(out: Path) -> None:
 # --------------------------------------------------------------------------- the run's identity
 
 
-def fingerprint(method: str, values: dict, hashes: bool = True) -> dict[str, Any]:
-    """{name: value} of what defines a run; data content hashes only with `hashes`."""
+def fingerprint(method: str, values: dict, hashes: bool = True, content: dict | None = None) -> dict[str, Any]:
+    """{name: value} of what defines a run; data content hashes only with `hashes`, taken from `content`
+    ({file as given: sha256 of the bytes the run read}, rlft.data.load_split's) where it has the file."""
     section = values.get(method) or {}
     model, data = values.get("model") or {}, values.get("data") or {}
     lora = model.get("lora") or {}
@@ -112,25 +206,22 @@ def fingerprint(method: str, values: dict, hashes: bool = True) -> dict[str, Any
         "data.max_rows": data.get("max_rows"),
     }
     if hashes:
-        found["data content"] = {str(p): content_hash(p) for p in files}
+        found["data content"] = {str(p): (content or {}).get(str(p)) or content_hash(p) for p in files}
     return found
 
 
-def write_fingerprint(cfg, out: Path) -> None:
+def write_fingerprint(cfg, out: Path, content: dict | None = None) -> None:
+    """fingerprint.json; `content`: the hashes of the bytes the run read (not the files as they are now)."""
     from rlft.outputs import write_text
 
-    write_text(Path(out) / FINGERPRINT, json.dumps(fingerprint(cfg.method, cfg.values), indent=2) + "\n")
+    write_text(Path(out) / FINGERPRINT, json.dumps(fingerprint(cfg.method, cfg.values, content=content),
+                                                   indent=2) + "\n")
 
 
 def check_same_run(cfg, out: Path, saved_config: dict) -> None:
     """`--resume`: the run in `out` was defined exactly as this command defines it; else one line naming the
     first difference."""
-    path = Path(out) / FINGERPRINT
-    try:
-        saved = json.loads(path.read_text()) if path.is_file() else fingerprint(cfg.method, saved_config, False)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"--resume: {path} cannot be read ({type(exc).__name__})",
-                        "start a new run with another --output-dir") from exc
+    saved = read_run_file(out, FINGERPRINT) or fingerprint(cfg.method, saved_config, False)
     now = fingerprint(cfg.method, cfg.values, hashes="data content" in saved)
     for key, new in now.items():
         old = saved.get(key)

@@ -40,6 +40,7 @@ class Field:
     choices: tuple = ()
     minimum: float | None = None
     maximum: float | None = None
+    above: float | None = None  # an exclusive minimum: the value must be > above (a timeout: > 0)
     nullable: bool = True
     rlft_only: bool = False  # read by rlft itself, never passed to the TRL config
 
@@ -99,8 +100,8 @@ def group_rl(num_generations: Field, beta: Field) -> dict[str, Field]:
         "env": Field("str", None, "FILE.py:Class, TRL's environment_factory contract", rlft_only=True),
         "max_tool_calls": Field("int", 4, "tool-calling rounds per episode (TRL's max_tool_calling_iterations)",
                                 minimum=0, rlft_only=True),
-        "tool_timeout": Field("float", 5.0, "seconds one tool call may take; past it, an error result",
-                              minimum=0.0, rlft_only=True),
+        "tool_timeout": Field("float", 5.0, "seconds one tool call may take; past it, the call is killed and "
+                              "its result is an error", above=0.0, rlft_only=True),
         "tool_output_chars": Field("int", 2000, "longest tool result (characters); longer is an error result",
                                    minimum=1, rlft_only=True),
     }
@@ -135,9 +136,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "learning_rate": Field("float", None, "peak learning rate; default: the method's TRL default",
                                minimum=0.0),
         "num_train_epochs": Field("float", 1.0, "epochs over the training data", minimum=0.0),
-        "max_steps": Field("int", -1, "stop after this many optimizer steps (-1: use epochs)"),
+        "max_steps": Field("int", -1, "stop after this many optimizer steps (-1: use epochs)", minimum=-1),
         "max_minutes": Field("float", None, "end the training loop within this many minutes of its start (held-out "
-                             "checks included): completed as at max_steps (rlft/time_limit.py)", minimum=0.0,
+                             "checks included): completed as at max_steps (rlft/time_limit.py)", above=0.0,
                              rlft_only=True),
         "per_device_train_batch_size": Field("int", 8, "rows per device per step", minimum=1),
         "gradient_accumulation_steps": Field("int", 1, "micro-batches per optimizer step", minimum=1),

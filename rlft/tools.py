@@ -21,162 +21,27 @@ before training (`check_tools`: docstrings and type hints TRL can turn into a sc
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
-import signal
-import threading
-from collections import Counter
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlft.errors import UserError
+from rlft.tool_containment import (  # noqa: F401  (re-exported: rlft.tools is where callers look)
+    RLFT_KEYS,
+    EnvFailures,
+    Limits,
+    ToolError,
+    ToolStats,
+    _type_hints,
+    contained,
+    guard,
+    guarded_env_class,
+    tool_methods,
+)
 from rlft.user_code import load_python_file
-
-# Types a tool argument may be declared with: what JSON carries (get_json_schema maps them).
-_JSON_TYPES = {int: (int,), float: (int, float), str: (str,), bool: (bool,), list: (list,), dict: (dict,)}
-
-
-class ToolError(Exception):
-    """A bad tool call: its message becomes the episode's tool result (TRL: `{"error": message}`)."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-
-
-class _Timeout(BaseException):
-    """Raised by SIGALRM inside a tool; a BaseException so a tool's `except Exception` cannot swallow it."""
-
-
-@dataclass
-class ToolStats:
-    """Calls that reached a guarded tool and the bad ones by kind (raised, timeout, too_long, not_string,
-    bad_arguments); `since_last()` gives the counts since the previous call (per logged step)."""
-
-    calls: int = 0
-    errors: Counter = field(default_factory=Counter)
-    render_mismatches: int = 0  # episodes whose trained ids differed from the template's rendering (sampled)
-    _seen: tuple = (0, 0)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"tool_calls": self.calls, "tool_errors": sum(self.errors.values()), "by_kind": dict(self.errors),
-                "render_mismatches": self.render_mismatches}
-
-    def since_last(self) -> dict[str, int]:
-        calls, errors = self.calls, sum(self.errors.values())
-        out = {"tools/calls": calls - self._seen[0], "tools/errors": errors - self._seen[1],
-               "tools/render_mismatches": self.render_mismatches}
-        self._seen = (calls, errors)
-        return out
-
-
-@dataclass(frozen=True)
-class Limits:
-    timeout: float = 5.0
-    output_chars: int = 2000
-
-
-def _call_with_timeout(fn, kwargs: dict, seconds: float):
-    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
-        def on_alarm(signum, frame):
-            raise _Timeout()
-
-        old = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            return fn(**kwargs)
-        except _Timeout:
-            raise ToolError("timeout", f"timed out after {seconds:g}s") from None
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
-    box: dict[str, Any] = {}
-
-    def target():
-        try:
-            box["value"] = fn(**kwargs)
-        except BaseException as exc:  # noqa: BLE001 - handed back to the caller below
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        raise ToolError("timeout", f"timed out after {seconds:g}s")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
-def _check_arguments(target, fn, kwargs: dict) -> None:
-    try:
-        bound = inspect.signature(target).bind(**kwargs)
-    except TypeError as exc:
-        raise ToolError("bad_arguments", f"bad arguments: {exc}") from None
-    try:
-        hints = _type_hints(fn)
-    except Exception:  # noqa: BLE001 - checked before training; no hint, no check
-        hints = {}
-    for name, value in bound.arguments.items():
-        allowed = _JSON_TYPES.get(hints.get(name))
-        if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
-            raise ToolError("bad_arguments", f"bad arguments: '{name}' must be {hints[name].__name__}, "
-                                             f"got {type(value).__name__}")
-
-
-def _type_hints(fn) -> dict:
-    import typing
-
-    return typing.get_type_hints(fn)
-
-
-def _result_text(result: Any, cap: int) -> str:
-    if isinstance(result, (int, float)):  # bool is an int
-        result = str(result)
-    if not isinstance(result, str):
-        raise ToolError("not_string", f"the tool returned {type(result).__name__}, not a string")
-    if len(result) > cap:
-        raise ToolError("too_long", f"the tool returned {len(result):,} characters, over the cap of {cap:,}")
-    return result
-
-
-def guard(fn, limits: Limits, stats: ToolStats):
-    """`fn` as a tool TRL can call safely: same name, signature, hints and docstring (TRL builds the schema from
-    them); a bad call raises ToolError (counted) instead of hanging, crashing or flooding the context."""
-
-    @functools.wraps(fn)
-    def guarded(*args, **kwargs):
-        stats.calls += 1
-        target = functools.partial(fn, *args)  # args: `self` for an environment's method
-        try:
-            _check_arguments(target, fn, kwargs)
-            try:
-                result = _call_with_timeout(target, kwargs, limits.timeout)
-            except (ToolError, KeyboardInterrupt):
-                raise
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the model's arguments broke the tool
-                raise ToolError("raised", f"{type(exc).__name__}: {str(exc)[:200]}") from None
-            return _result_text(result, limits.output_chars)
-        except ToolError as exc:
-            stats.errors[exc.kind] += 1
-            raise
-
-    return guarded
-
-
-def guarded_env_class(cls: type, limits: Limits, stats: ToolStats) -> type:
-    """A subclass of the environment whose tool methods are guarded (TRL lists tools on the class)."""
-    body = {name: guard(member, limits, stats) for name, member in tool_methods(cls).items()}
-    return type(cls.__name__, (cls,), {**body, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
-
-
-def tool_methods(cls: type) -> dict[str, Any]:
-    """The environment's tools, as TRL finds them: public functions on the class but reset and get_reward."""
-    return {n: m for n, m in inspect.getmembers(cls, predicate=inspect.isfunction)
-            if not n.startswith("_") and n not in ("reset", "get_reward")}
-
 
 # --------------------------------------------------------------------------- loading and checks
 
@@ -192,6 +57,7 @@ def load_tools(path: str) -> list:
         raise UserError(f"{path} defines no tool function", "define typed functions with docstrings (or TOOLS = [...])")
     for fn in fns:
         check_tool(fn, f"{path}:{getattr(fn, '__name__', fn)}")
+    check_unique_names(fns, path)
     return fns
 
 
@@ -207,11 +73,26 @@ def load_env(spec: str) -> type:
     if not callable(getattr(cls, "reset", None)):
         raise UserError(f"{spec} has no reset() method", "TRL's environment contract: def reset(self, **row) -> "
                                                          "str | None (the string is appended to the prompt)")
+    for n, member in vars(cls).items():
+        if not n.startswith("_") and isinstance(member, (staticmethod, classmethod)):
+            raise UserError(f"{spec}.{n} is a {type(member).__name__}; TRL calls an environment's tools on its "
+                            "instance (self first)", f"make {n} a plain method (def {n}(self, ...))")
     if not tool_methods(cls):
         raise UserError(f"{spec} has no tool methods", "add public methods with type hints and a docstring")
     for n, m in tool_methods(cls).items():
         check_tool(m, f"{spec}.{n}", method=True)
     return cls
+
+
+def check_unique_names(fns: list, where: str) -> None:
+    """Two tools of one name: the model could call only one of them (TRL maps names to functions)."""
+    seen: dict[str, Any] = {}
+    for fn in fns:
+        name = getattr(fn, "__name__", str(fn))
+        if name in seen:
+            raise UserError(f"{where}: two tools are named '{name}', so the model could call only one of them",
+                            "give each tool its own function name")
+        seen[name] = fn
 
 
 def check_tool(fn, where: str, method: bool = False) -> None:
@@ -232,6 +113,9 @@ def check_tool(fn, where: str, method: bool = False) -> None:
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise UserError(f"tool {where} takes *{p.name}", "name every argument the model may pass")
+        if p.kind == p.POSITIONAL_ONLY:  # TRL calls tool(**arguments): a positional-only one can never be passed
+            raise UserError(f"tool {where}: argument '{p.name}' is positional-only, and tools are called with "
+                            "keyword arguments", "drop the `/` from its signature")
         if p.name not in hints:
             raise UserError(f"tool {where}: argument '{p.name}' has no type hint",
                             f"annotate it, e.g. {p.name}: str")
@@ -244,29 +128,37 @@ def check_tool(fn, where: str, method: bool = False) -> None:
                         "document every argument in the docstring (Args:\\n    name: what it is)") from None
 
 
-def dry_episode(cls: type, row: dict, where: str) -> None:
+def dry_episode(cls: type, row: dict, where: str, timeout: float = 5.0) -> None:
     """Build the environment, reset it on a training row, read its reward: the user's code, run once before
     training so a broken environment is one line, not a traceback at step 1."""
     try:
-        env = cls()
-    except Exception as exc:  # noqa: BLE001
-        raise UserError(f"{where}(): {type(exc).__name__}: {exc}", "the constructor must take no arguments") from None
+        env = contained(cls, {}, timeout)
+    except ToolError as exc:
+        raise UserError(f"{where}(): {exc}", "the constructor must take no arguments") from None
+    row = {k: v for k, v in row.items() if not k.startswith(RLFT_KEYS)}
     try:
-        obs = env.reset(**row)
-    except Exception as exc:  # noqa: BLE001
-        raise UserError(f"{where}.reset(**row) on the first training row: {type(exc).__name__}: {exc}",
+        inspect.signature(cls.reset).bind(env, **row)
+    except TypeError as exc:
+        raise UserError(f"{where}.reset cannot take the training rows' fields as keywords ({exc})",
+                        "reset receives every field of a row as keywords: def reset(self, **kwargs)") from None
+    try:
+        obs = contained(env.reset, row, timeout)
+    except ToolError as exc:
+        raise UserError(f"{where}.reset(**row) on the first training row: {exc}",
                         "reset receives every field of a row as keywords; accept **kwargs for the rest") from None
     if obs is not None and not isinstance(obs, str):
         raise UserError(f"{where}.reset returned {type(obs).__name__}", "return None or a string (appended to "
                                                                         "the prompt)")
     if callable(getattr(env, "get_reward", None)):
         try:
-            r = env.get_reward()
-        except Exception as exc:  # noqa: BLE001
-            raise UserError(f"{where}.get_reward() after reset: {type(exc).__name__}: {exc}",
+            r = contained(env.get_reward, {}, timeout)
+        except ToolError as exc:
+            raise UserError(f"{where}.get_reward() after reset: {exc}",
                             "get_reward must work on an episode without tool calls") from None
         if isinstance(r, bool) or not isinstance(r, (int, float)):
             raise UserError(f"{where}.get_reward returned {type(r).__name__}", "return a float")
+        if not math.isfinite(r):
+            raise UserError(f"{where}.get_reward returned {r} after reset", "return a finite float")
 
 
 # --------------------------------------------------------------------------- chat templates
@@ -455,9 +347,16 @@ def make_setup(tools_file: str | None, env_spec: str | None, rows: list[dict], l
     if env_spec:
         cls = load_env(env_spec)
         if rows:
-            dry_episode(cls, rows[0], env_spec)
+            dry_episode(cls, rows[0], env_spec, limits.timeout)
+        check_unique_names([*load_tools_names(setup.tools), *tool_methods(cls).values()], f"{tools_file} and "
+                           f"{env_spec}" if tools_file else env_spec)
         setup.env_class = guarded_env_class(cls, limits, setup.stats)
     return setup
+
+
+def load_tools_names(tools: list) -> list:
+    """The guarded tools as their functions (for name checks)."""
+    return [getattr(t, "__wrapped__", t) for t in tools]
 
 
 def counts_callback(stats: ToolStats):

@@ -29,7 +29,10 @@ def load_python_file(path: Path, what: str, prefix: str | None = None) -> Module
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        del sys.modules[name]
+        raise
+    except BaseException as exc:  # SystemExit and asyncio.CancelledError too: importing the file never ends rlft
         del sys.modules[name]
         raise UserError(f"loading {what} file '{path}' failed: {type(exc).__name__}: {exc}",
                         "fix the error in that file (run `python FILE` to see the traceback)") from exc

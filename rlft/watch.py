@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlft.alarms import Thresholds
+from rlft.errors import UserError
 
 
 @dataclass
@@ -41,6 +42,7 @@ class WatchSetup:
     overfit_checks: int = 3
     keep_best: bool = True
     on_check: Callable | None = None  # (step, score) -> stop training? (rlft sweep's pruner)
+    holdout_path: str | None = None  # watch.holdout as given (for messages)
 
 
 def prepare_watch(cfg) -> WatchSetup:
@@ -53,6 +55,7 @@ def prepare_watch(cfg) -> WatchSetup:
                        keep_best=watch.get("keep_best", True) is not False)
     if watch.get("holdout"):
         from rlft.data import read_rows
+        from rlft.heldout import holdout_kind
         from rlft.verifiers.loading import load_verifiers, validate_gold
 
         spec = watch.get("holdout_verifier") or "math"
@@ -61,11 +64,53 @@ def prepare_watch(cfg) -> WatchSetup:
             from rlft.chat_templates import wrap_as_chat
 
             rows = wrap_as_chat(rows)
-        validate_gold(rows, [spec])
-        scorer, _ = load_verifiers([spec])
+        kind = holdout_kind([r.data for r in rows])  # the metric follows the rows: pairs, thumbs, or gold
+        if kind == "verifiable":
+            validate_gold(rows, [spec])
+            scorer, _ = load_verifiers([spec])
+        else:
+            from rlft.data import validate_preference, validate_thumbs
+
+            (validate_preference if kind == "pairs" else validate_thumbs)(rows)
+            scorer, spec = None, None
         setup.holdout = Holdout([r.data for r in rows], scorer, spec, watch.get("holdout_every"),
-                                int(watch.get("holdout_max_new_tokens") or 32))
+                                int(watch.get("holdout_max_new_tokens") or 32), kind,
+                                reward_model=getattr(cfg, "method", None) == "reward")
+        setup.holdout_path = str(watch["holdout"])
     return setup
+
+
+def check_heldout_rows(cfg, held: list[dict], train_rows: list, what: str, console) -> None:
+    """Held-out rows that check something: their prompts are of the training prompts' type (plain strings, or
+    chat messages: one line, not a TypeError while scoring), and a warning with the overlap when most of them
+    share their prompt with a training row (the check would measure recall of the training data)."""
+    from rlft.heldout import prompt_key
+
+    train = [r.data if hasattr(r, "data") else r for r in train_rows]
+
+    def kinds(rows):
+        return {"messages" if isinstance(r.get("prompt"), list) else "plain strings" for r in rows if "prompt" in r}
+
+    mine, theirs = kinds(held), kinds(train)
+    if len(mine) == 1 and len(theirs) == 1 and mine != theirs:
+        raise UserError(f"{what}: its prompts are {mine.pop()}, the training prompts are {theirs.pop()}, so the "
+                        "held-out check would not score what training does",
+                        "write the held-out prompts in the training rows' form (or --set data.as_chat=true to "
+                        "wrap plain prompts as user messages on both)")
+    seen, held_keys = {prompt_key(r) for r in train}, {prompt_key(r) for r in held}
+    shared = sum(prompt_key(r) in seen for r in held)
+    covered = len(seen & held_keys) / max(len(seen), 1)  # the training prompts the held-out rows repeat
+    if held and (shared / len(held) >= 0.5 or covered >= 0.5):
+        import os
+
+        train_files = (cfg.values.get("data") or {}).get("train") or []
+        files = {os.path.realpath(os.path.expanduser(str(f))) for f in train_files}
+        path = what.partition("'")[2].rstrip("'")
+        same = " (it is the training file)" if os.path.realpath(os.path.expanduser(path)) in files else ""
+        console.print(f"[yellow]warning[/]: {what}: {shared} of {len(held)} held-out rows ({shared / len(held):.0%}) "
+                      f"share their prompt with training rows{same}: the check measures recall of the training "
+                      "data, not what the model learned; hold out rows the run does not train on",
+                      highlight=False, soft_wrap=True)
 
 
 # Runs shorter than this (watch.auto_holdout_min_steps) get no automatic held-out check: ~10 checks of 50+
@@ -81,7 +126,11 @@ def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: Watch
 
     watch = dict(cfg.values.get("watch") or {})
     if setup.holdout is not None:
+        check_heldout_rows(cfg, setup.holdout.rows, train_rows, f"watch.holdout '{setup.holdout_path}'", console)
         return train_rows
+    if eval_rows:
+        check_heldout_rows(cfg, [r.data if hasattr(r, "data") else r for r in eval_rows], train_rows,
+                           f"data.eval '{(cfg.values.get('data') or {}).get('eval')}'", console)
     if not watch.get("auto_holdout", True):
         console.print("[yellow]note[/]: no held-out check (watch.auto_holdout=false): a falling held-out score "
                       "(over-training) goes unseen, and the final model is the last one", highlight=False)

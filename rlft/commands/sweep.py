@@ -29,6 +29,13 @@ def run_trial(cfg, console, on_check):
     return train(cfg, module, overwrite=True, console=console, on_check=on_check)
 
 
+def _kind(method: str) -> str:
+    """The rows `method` trains on (its module's KIND)."""
+    import importlib
+
+    return importlib.import_module(f"rlft.methods.{method}").KIND
+
+
 def sweep(
     method: Annotated[str, typer.Argument(help="The method to sweep: sft, dpo, kto, reward, grpo, rloo, distill, "
                                                 "ppo.")],
@@ -51,18 +58,21 @@ def sweep(
         raise UserError(f"rlft sweep {method}: not a method it sweeps", f"use one of {', '.join(METHODS)}")
     space = sw.parse_space(list(grid or []), list(range_ or []))
     out = Path(output_dir or f"runs/sweep-{method}").expanduser()
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise UserError(f"{out} is not empty", "pass another --output-dir, or --overwrite to replace its trials")
     flags = {"model.name_or_path": (model, "--model"), "data.train": (list(data) if data else None, "--data"),
              "train.seed": (seed, "--seed")}
     sets = list(set_ or [])
     base = resolve(method, recipe, flags, sets)  # the base config: every problem at once, before any trial
+    sw.check_sweep_output(out, base, overwrite)  # the output rule, before anything is created
     if method == "ppo" and not (base.data.get("eval") or base.data.get("eval_fraction") or base.watch.get("holdout")):
         # rlft's PPO has no automatic slice of its prompts: without held-out rows a trial has nothing to judge by
         raise UserError("rlft sweep ppo needs held-out rows to judge its trials by",
                         "pass --set data.eval=FILE (prompts with answers, scored by ppo.verifiers or "
                         "watch.holdout_verifier), --set data.eval_fraction=0.05 or --set watch.holdout=FILE")
     sw.check_space(method, recipe, flags, sets, space)
+    from rlft.data import load_split
+
+    train_rows, eval_rows = load_split(base.data, _kind(method), seed=base.train.seed)  # a typo in -d: refused
+    sw.check_judged(base, train_rows, eval_rows)  # every trial needs held-out rows to be judged by
     result = sw.sweep(method, recipe, flags, sets, space, out, trials=trials, trial_steps=trial_steps,
                       seed=seed or 0, console=o.err_console, run_trial=run_trial)
     from rich.table import Table

@@ -30,7 +30,7 @@ from rich.console import Console
 
 from rlft.config import RunConfig, trl_kwargs
 from rlft.errors import UserError
-from rlft.outputs import write_problem
+from rlft.outputs import write_problem, write_text
 from rlft.run import (
     Interrupt,
     RunRecord,
@@ -38,12 +38,11 @@ from rlft.run import (
     last_checkpoint,
     prepare_output_dir,
     process_console,
-    read_json,
     versions,
     wait_for_everyone,
     write_json,
 )
-from rlft.run_guard import FINGERPRINT, acquire_lock, release_lock, write_fingerprint
+from rlft.run_guard import FINGERPRINT, acquire_lock, read_run_file, release_lock, write_fingerprint
 
 # The TRL methods that sample from the policy while training (rlft.sampling speeds that up under LoRA).
 SAMPLING_METHODS = ("grpo", "rloo", "distill")
@@ -78,7 +77,9 @@ def hardware_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["gradient_checkpointing"] = cuda
     # Under torchrun on a machine without CUDA, transformers only sets up DDP (gloo) with use_cpu; without it
     # every process trains alone on the whole data set.
-    if not cuda and int(os.environ.get("WORLD_SIZE") or 1) > 1:
+    # TRL's bf16 autocast on a CPU (full fine-tuning with train.bf16=true on a CPU with bf16 units: rlft.precision)
+    # is refused by transformers unless use_cpu says the CPU is meant.
+    if not cuda and (int(os.environ.get("WORLD_SIZE") or 1) > 1 or kwargs.get("bf16")):
         kwargs["use_cpu"] = True
     return kwargs
 
@@ -230,7 +231,8 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
     from rlft import precision
 
     precision.apply(cfg, console)  # model.dtype / train.bf16 from the hardware, before any model loads
-    train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed)  # validate before writing
+    read_hashes: dict[str, str] = {}  # sha256 of the bytes read: fingerprint.json records what was trained on
+    train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed, hashes=read_hashes)
     tracker_names(cfg.train.report_to)  # a tracker whose package is missing: refused before writing
     watch = prepare_watch(cfg)  # thresholds, alarm names, the holdout file: also before writing
     if cfg.model.get("chat_template"):  # a tokenizer that cannot take it: refused before any model loads
@@ -266,13 +268,13 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
         out = Path(cfg.train.output_dir)
     wait_for_everyone()  # the others start only once the main process has (re)made the folder
     ckpt = last_checkpoint(out) if resume else None
-    prior = read_json(out / "summary.json") if resume and (out / "summary.json").exists() else {}
+    prior = read_run_file(out, "summary.json", "json", {}) if resume else {}
     if main:
         acquire_lock(out)  # held until the run ends (rlft.run_guard): no --overwrite/--resume of a live run
         try:
             if not resume or not (out / FINGERPRINT).exists():
-                write_fingerprint(cfg, out)
-            (out / "config.yaml").write_text(cfg.to_yaml())
+                write_fingerprint(cfg, out, read_hashes)
+            write_text(out / "config.yaml", cfg.to_yaml())  # staged: replaces a symlink, never writes through it
             write_json(out / "versions.json", versions())
             record = RunRecord(out, cfg.method, resumed_from=str(ckpt) if ckpt else None, write=main)
         except (OSError, UserError) as exc:  # a full or read-only disk
