@@ -2,7 +2,7 @@
 
 Each trial is an ordinary run (rlft.methods.common.train, or rlft's PPO) of the same recipe, data and model
 with the trial's values set (`--set KEY=VALUE`) and `train.max_steps` set to the trial budget, in its own
-folder OUT/trial-N (its console output in OUT/trial-N.log). Its held-out check (rlft.heldout: the eval rows,
+folder OUT/trial-N (its console output in OUT/trial-N.log). Its held-out check (rlft.watch.heldout: the eval rows,
 else the automatic slice of the training rows) is the judge: every check is reported to Optuna, whose pruner
 (MedianPruner: stop a trial whose score at a step is below the median of the earlier trials at that step;
 Optuna's, not a hand-written scheduler) may stop it there, and the trial's value is its best check after step 0
@@ -14,7 +14,7 @@ Afterwards: a table of every trial (params, state, value, steps) printed and in 
 them in OUT/trials.png, and the best trial's config, resolved without the trial budget (the recipe's own length
 in steps or passes), written as OUT/best_recipe.yaml, which `rlft <method> --recipe OUT/best_recipe.yaml` runs.
 The best trial is the highest-valued one among those whose folder kept a trained model (a trained check beat the
-start clearly: rlft.overfit.kept_check); when none did, the highest-valued one, with a note saying so.
+start clearly: rlft.watch.overfit.kept_check); when none did, the highest-valued one, with a note saying so.
 rlft's PPO has no automatic slice of its prompts: `rlft sweep ppo` needs held-out rows (data.eval,
 data.eval_fraction or watch.holdout; refused before any trial without them), and its trials check every trial
 budget / 5 steps unless train.eval_steps / watch.holdout_every ask for more often.

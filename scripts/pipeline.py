@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlft.evaluate import heldout_pass_at_1
-from rlft.trl_cpu import release_freed_memory
+from rlft.speed.trl_patches import release_freed_memory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
@@ -79,8 +79,8 @@ def _rlft(*args: str) -> None:
         if exc.code not in (0, None):
             raise typer.Exit(exc.code if isinstance(exc.code, int) else 1) from exc
     finally:
-        # the stage kept its freed memory for its next step (rlft.trl_cpu.keep_freed_memory, whose settings stay
-        # with this process: hence a trim after each in-process stage and scoring); this process goes on
+        # the stage kept its freed memory for its next step (rlft.speed.trl_patches.keep_freed_memory, whose
+        # settings stay with this process: hence a trim after each in-process stage and scoring); this process goes on
         release_freed_memory()
 
 

@@ -26,7 +26,7 @@ The rules follow the domain table in the design notes (and the teaching texts be
   ratings, 2+ replies per prompt dpo       on pairs built from them (higher-rated = chosen), from 100 prompts
   no usable model yet            sft       first, then the method above (RL on a model that cannot answer has
                                            nothing to reward)
-  thumbs up/down (one answer,    kto       unpaired binary labels: KTO needs no pairs (rlft/thumbs.py for the
+  thumbs up/down (one answer,    kto       unpaired binary labels: KTO needs no pairs (rlft/data/thumbs.py for the
     a true/false label)                    class weights when one label is rare)
   verifier, --budget low         rloo      k = 4 samples and a leave-one-out baseline instead of GRPO's G = 8
                                            and group std: about half the sampling per prompt (RLOO_GROUP)
@@ -43,9 +43,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from rlft.choose.next_commands import RECIPES_REAL, RECIPES_TINY, build_commands, recipe_for  # noqa: F401
+from rlft.data.lint import Finding
+from rlft.data.rows import verifier_registry
 from rlft.errors import UserError
-from rlft.lint import Finding
-from rlft.rows import verifier_registry
 
 SIGNALS = ("demonstrations", "pairs", "verifier", "ratings", "taste", "thumbs", "teacher", "environment")
 BUDGETS = ("low", "medium", "high")

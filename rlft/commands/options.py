@@ -129,10 +129,10 @@ def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, r
                    overwrite: bool = False, check: bool = True):
     """The validated config; then, unless --print-config (or `check` is off: a dry run that only plans),
     every check that needs no data and no weights before anything is written: the run folder against the
-    inputs and --resume (rlft.run.check_run_folder), then models and verifier plugins (rlft.checks)."""
+    inputs and --resume (rlft.run.folder.check_run_folder), then models and verifier plugins (rlft.checks)."""
     from rlft.checks import check_inputs, expand_user_paths
     from rlft.config import resolve
-    from rlft.run import check_run_folder
+    from rlft.run.folder import check_run_folder
 
     cfg = resolve(method, recipe, flags, sets)
     expand_user_paths(cfg)
@@ -160,7 +160,7 @@ def run_method(cfg, overwrite: bool = False, resume: bool = False):
 
 
 def finish(result) -> None:
-    from rlft.run import is_main_process
+    from rlft.run.folder import is_main_process
 
     if result.status == "completed" and is_main_process():
         shown = {k: round(v, 4) for k, v in result.metrics.items() if isinstance(v, float)}

@@ -89,13 +89,13 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
     if path.is_dir():
         raise UserError(f"data file '{path}' is a folder", "pass the .jsonl file inside it")
     if not path.is_file():
-        from rlft.bounded import kind_of
+        from rlft.data.bounded import kind_of
 
         raise UserError(f"data file '{path}' {f'is {kind_of(path)}, not a file' if kind_of(path) else 'not found'}",
                         "check the path")
     if path.suffix.lower() != ".jsonl":
         raise UserError(f"{path}: `rlft verify` reads .jsonl files only", "convert the file to JSON lines")
-    from rlft.bounded import check_text_file, json_depth_problem
+    from rlft.data.bounded import check_text_file, json_depth_problem
 
     check_text_file(path, str(path))  # a sparse or binary file, before reading it
     rows, problems = [], []

@@ -26,6 +26,7 @@ from rlft.errors import UserError
 from rlft.methods.common import Prepared, build_trl_config, load_run_tokenizer
 
 KIND = "prompts"
+SAMPLES_WHILE_TRAINING = True  # the policy samples as it trains: rlft.speed.attach in methods.common.train
 
 
 def vocab_mismatch(student_tok, teacher_tok) -> str | None:

@@ -15,7 +15,7 @@ from rlft.methods.common import Prepared, build_trl_config, clamp_max_length, lo
 
 KIND = "pairs"
 COLUMNS = ("prompt", "chosen", "rejected")
-START_IS_A_MODEL = False  # the starting score head is untrained: a run never keeps its start (rlft.overfit)
+START_IS_A_MODEL = False  # the starting score head is untrained: a run never keeps its start (rlft.watch.overfit)
 
 
 PAIR_ACCURACY_ROWS = 200  # training pairs scored after training (train_pair_accuracy)

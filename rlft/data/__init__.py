@@ -12,6 +12,12 @@ Row kinds, named by the signal they carry as in `rlft data lint` and `rlft choos
   verifiable      prompt + gold fields (answer, label, ...), used by eval, GRPO, PPO, RLOO
   thumbs          prompt + completion (strings or message lists) + label true/false (KTO)
   prompts         prompt only (distillation: the student writes the completions)
+
+The package around this module (each standard library only):
+  rows     row shapes: which signal a row carries, and which verifier can read its gold values
+  lint     `rlft data lint`: the problems that make a run learn nothing, or the wrong thing
+  thumbs   thumbs up/down rows: the label rules and KTO's class-balance advice
+  bounded  inputs read with bounds: no file, value or recipe can hang rlft or fill the memory
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from rlft.bounded import cell_problems, check_text_file, json_depth_problem, kind_of, raise_csv_limit
+from rlft.data.bounded import cell_problems, check_text_file, json_depth_problem, kind_of, raise_csv_limit
 from rlft.errors import DataError, UserError, row_problem
 
 LOCAL_SUFFIXES = {".jsonl", ".json", ".csv", ".parquet"}
@@ -394,7 +400,7 @@ def validate_verifiable(rows: list[Row], gold_fields: tuple[str, ...] = ("answer
 
 def validate_thumbs(rows: list[Row]) -> None:
     """prompt + completion + a boolean label per row (file:line errors); both labels must occur."""
-    from rlft.thumbs import label_problem, label_value
+    from rlft.data.thumbs import label_problem, label_value
 
     problems = []
     for r in rows:

@@ -1,7 +1,7 @@
 """The `watch` section read before the run folder exists: alarm thresholds, on_alarm, the held-out check.
 
 `prepare_watch(cfg)` validates it (alarm names, the holdout file and its gold fields), so a bad holdout file
-leaves nothing behind; rlft.monitor.Watcher then applies it while the run trains.
+leaves nothing behind; rlft.watch.monitor.Watcher then applies it while the run trains.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rlft.alarms import Thresholds
 
 @dataclass
 class Holdout:
-    """The held-out check: its rows, how they are scored (rlft.heldout: the metric follows `kind`; `scorer` is the
+    """The held-out check: its rows, how they are scored (rlft.watch.heldout: the metric follows `kind`; `scorer` is the
     verifier's reward function for pass@1), and when to run (`every`: None = a tenth of the run's steps)."""
 
     rows: list[dict]
@@ -75,9 +75,9 @@ AUTO_HOLDOUT_MIN_STEPS = 20
 
 
 def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: WatchSetup, console) -> list:
-    """Give a run without `watch.holdout` its held-out check (rlft.heldout): on its eval rows, else on a seeded
+    """Give a run without `watch.holdout` its held-out check (rlft.watch.heldout): on its eval rows, else on a seeded
     slice of its training rows, which it returns without that slice. Says which, once."""
-    from rlft.heldout import metric_for, prompt_groups, slice_size, split_by_prompt
+    from rlft.watch.heldout import metric_for, prompt_groups, slice_size, split_by_prompt
 
     watch = dict(cfg.values.get("watch") or {})
     if setup.holdout is not None:

@@ -117,7 +117,7 @@ def fingerprint(method: str, values: dict, hashes: bool = True) -> dict[str, Any
 
 
 def write_fingerprint(cfg, out: Path) -> None:
-    from rlft.outputs import write_text
+    from rlft.run.outputs import write_text
 
     write_text(Path(out) / FINGERPRINT, json.dumps(fingerprint(cfg.method, cfg.values), indent=2) + "\n")
 
