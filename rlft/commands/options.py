@@ -148,15 +148,10 @@ def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, r
 
 
 def run_method(cfg, overwrite: bool = False, resume: bool = False):
-    """Run the config's method: rlft's own loop for PPO, rlft.methods.common.train for the TRL-backed ones."""
-    from rlft.methods import distill, dpo, grpo, kto, ppo, reward, rloo, sft
-    from rlft.methods.common import train
+    """Run the config's method (rlft.methods.run: the one method table)."""
+    from rlft import methods
 
-    if cfg.method == "ppo":
-        return ppo.run(cfg, overwrite=overwrite, resume=resume, console=err_console)
-    module = {"sft": sft, "dpo": dpo, "kto": kto, "reward": reward, "grpo": grpo, "rloo": rloo,
-              "distill": distill}[cfg.method]
-    return train(cfg, module, overwrite=overwrite, resume=resume, console=err_console)
+    return methods.run(cfg, overwrite=overwrite, resume=resume, console=err_console)
 
 
 def finish(result) -> None:
