@@ -23,7 +23,7 @@ How the budget is split, and why:
   prompts x 8 leave many steps with one group that carries a signal, or none, and one draw's GRPO stage gained
   nothing in 40 steps; 4 prompts at 1e-4 gained on every draw with one RL seed but nothing on that draw with
   another, 6 prompts +8.7 there. More prompts cost less than their share of time: the decode reads each weight
-  once per token position for all rows, and all-equal groups skip the backward (numbers: README, "A real
+  once per token position for all rows, and all-equal groups skip the backward (numbers: BENCHMARKS.md, "A real
   model").
 - The held-out rows (a --watch-rows slice) go to the RL stage as `--holdout`, so the reward-hacking alarm
   watches a score the reward cannot see being gamed, and the stage keeps its SFT start unless a trained check
@@ -39,7 +39,7 @@ How the budget is split, and why:
   scoring). On a fast CPU the RL stages reach --rl-steps first; on a slow one they stop early, checked and
   kept as at the last step.
   The base model is scored beside the one-thread SFT stage, and the RL stages' models side by side.
-The numbers this was tuned with, and what did not work, are in the README ("A real model").
+The numbers this was tuned with, and what did not work, are in BENCHMARKS.md ("A real model").
 """
 
 from __future__ import annotations

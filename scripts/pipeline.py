@@ -282,7 +282,7 @@ class Pipeline:
         """Run independent stages (name, method, model, args) `jobs` at a time, each as its own `python -m rlft`
         process; returns their output folders, in order. On a 2-core CPU two one-thread GRPO stages side by side
         each ran at about the speed of one alone, where a second thread in one process made a step 1.44x faster
-        (README, "A real model").
+        (BENCHMARKS.md, "A real model").
 
         Each process gets cpus // processes torch threads unless OMP_NUM_THREADS is set; its output goes to
         OUT/NAME.log, and each logged step, pre-flight verdict and alarm shows here as one line. Rows are
