@@ -9,9 +9,9 @@ interleaved (A, B, A, B, ...) and each side keeps its best round, so a burst of 
               with the same settings (LoRA r 16 all-linear, G 4, 8 completions a step, 48 new tokens, chat
               prompts, lr 2e-5, beta 0, use_cpu, fp32). Goal: rlft >= 2x faster. A third run per round,
               rlft with `METHOD.skip_zero_advantage=false`, gives the speed-up with every row through the model
-              (rlft.zero_advantage skips the rows whose advantage is 0; the table prints the share skipped:
+              (rlft.methods.zero_advantage skips the rows whose advantage is 0; the table prints the share skipped:
               the same update, but the time saved depends on how many groups were all-equal).
-  sft, dpo    `rlft METHOD --model smollm2 --lora` as it runs (precision from the CPU, rlft.precision) against
+  sft, dpo    `rlft METHOD --model smollm2 --lora` as it runs (precision from the CPU, rlft.speed.precision) against
               the plain TRL SFTTrainer / DPOTrainer script (bench/trl_script.py: LoRA r 16 all-linear, batch 8,
               max_length 128, chat rows, use_cpu, fp32). Goal, where the CPU has fast bf16 units: >= 1.3x;
               elsewhere both sides are fp32 and rlft must not be slower (>= 0.95x).
@@ -116,7 +116,7 @@ def run_rlft(method: str, extra: list[str], steps: int, tmp: Path, tag: str, env
         if tokens:
             row["tokens_per_s"] = tokens[-1] / runtime
         skipped = [m["skipped_rows"] for m in metrics if m.get("skipped_rows") is not None]
-        if skipped:  # rows whose advantage was 0: no forward or backward (rlft.zero_advantage)
+        if skipped:  # rows whose advantage was 0: no forward or backward (rlft.methods.zero_advantage)
             row["skipped"] = sum(skipped) / len(skipped)
         cfg = (out / "config.yaml").read_text()
         row["dtype"] = "bfloat16" if "dtype: bfloat16" in cfg else "float32"
@@ -168,7 +168,7 @@ def main() -> int:
         print(f"no bench settings for {unknown}; known: {', '.join(SETTINGS)}")
         return 2
     from rlft.models import resolve_model_path
-    from rlft.precision import MIN_SPEEDUP, cpu_bf16_flag, cpu_model
+    from rlft.speed.precision import MIN_SPEEDUP, cpu_bf16_flag, cpu_model
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if a.threads:

@@ -46,10 +46,10 @@ def rlft(*args: str) -> None:
 
 
 def candidate_z(out: Path) -> tuple[int | None, float]:
-    """The trained check a run would keep if it beat the start (rlft.overfit.kept_check tries the last one within
+    """The trained check a run would keep if it beat the start (rlft.watch.overfit.kept_check tries the last one within
     noise of the best, then the best), and the McNemar z of its gain over the start on the held-out slice
     (continuity-corrected, as beats_start; the larger of the two): how close the run came to keeping it."""
-    from rlft.overfit import Check, best_check, gain_z, kept_check
+    from rlft.watch.overfit import Check, best_check, gain_z, kept_check
 
     rows = [json.loads(line) for line in (out / "heldout_rows.jsonl").read_text().splitlines() if line.strip()]
     checks = [Check(r["step"], sum(r["per_row"]) / len(r["per_row"]), r["per_row"]) for r in rows]

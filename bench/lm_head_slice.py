@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python bench/lm_head_slice.py [--rows 64] [--width 65] [--reps 3]
 
 transformers turns an int `logits_to_keep` into `hidden_states[:, -keep:]`, a strided view; rlft passes an index
-tensor instead (rlft.decode.last_positions), which gives a contiguous copy. This times `F.linear` of both against
+tensor instead (rlft.speed.decode.last_positions), which gives a contiguous copy. This times `F.linear` of both against
 SmolLM2-135M's head shape (49,152 x 576) under no_grad, in fp32 and bf16, best of --reps each, interleaved, and
 prints the peak RSS each call reached above the process's resident set before it (VmHWM after a reset).
 Linux only (the peak comes from /proc/self/status).
@@ -42,7 +42,7 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
-    from rlft.precision import cpu_bf16_flag, cpu_model
+    from rlft.speed.precision import cpu_bf16_flag, cpu_model
 
     print(f"cpu: {cpu_model()} | bf16 flag: {cpu_bf16_flag()} | torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads | load {os.getloadavg()[0]:.2f}")

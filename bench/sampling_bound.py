@@ -4,7 +4,7 @@
 
 Sampling is the whole cost of `rlft bootstrap`, and it goes through rlft's path: rlft.methods.bootstrap_sampling.
 sample_rows -> rlft.evaluate.generate_detailed (each prompt prefilled once for its N rows) -> the LoRA policy's
-plain sampling copy (rlft.sampling) -> rlft.decode's loop, at the precision rlft.precision picks. Per N it samples
+plain sampling copy (rlft.speed.sampling) -> rlft.speed.decode's loop, at the precision rlft.speed.precision picks. Per N it samples
 `--prompts` chat prompts of data/word_problems x N at temperature 0.7, twice (the first is warm-up), and prints
 the sampled tokens/s of the second.
 
@@ -66,14 +66,13 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from rlft import precision
     from rlft.chat_templates import stop_token_ids
     from rlft.config import resolve
     from rlft.methods.bootstrap_sampling import sample_rows
     from rlft.methods.common import load_run_tokenizer
     from rlft.models import load_model
     from rlft.quiet import quiet_libraries
-    from rlft.sampling import attach
+    from rlft.speed import attach, precision
     from rlft.verifiers.loading import load_verifiers
 
     quiet_libraries()

@@ -142,7 +142,7 @@ class Thresholds:
     diverge_logs: int = DIVERGE_LOGS
     ignore: tuple[str, ...] = ()
     method: str | None = None  # the run's method: picks the rules of ONLY_FOR / NOT_FOR (None: the general ones)
-    reward_scores_heldout: bool = False  # the reward is the held-out scorer (rlft.watch.mark_reward_scored_heldout)
+    reward_scores_heldout: bool = False  # the reward scores held-out (rlft.watch.setup.mark_reward_scored_heldout)
 
     @classmethod
     def from_watch(cls, watch: Mapping[str, Any] | None, method: str | None = None) -> Thresholds:
@@ -150,7 +150,7 @@ class Thresholds:
         watch = watch or {}
         kwargs = {f.name: watch[f.name] for f in fields(cls) if watch.get(f.name) is not None}
         kwargs["ignore"] = tuple(kwargs.get("ignore") or ())
-        outside = ("overfitting", "no_gain", "tool_collapse")  # raised by rlft.overfit and rlft.tool_alarms
+        outside = ("overfitting", "no_gain", "tool_collapse")  # raised by rlft.watch.overfit and rlft.watch.tool_alarms
         unknown = [n for n in kwargs["ignore"] if n not in RULES and n not in outside]
         if unknown:
             close = difflib.get_close_matches(unknown[0], list(RULES), n=1)

@@ -1,6 +1,6 @@
 """Checks of a run's inputs that run after the config resolves and before anything is written.
 
-Value checks of the config itself are in rlft.config_checks; the run folder's checks are in rlft.run
+Value checks of the config itself are in rlft.cross_checks; the run folder's checks are in rlft.run.folder
 (`check_run_folder`). `check_inputs(cfg)` runs once the config is resolved (rlft.commands.options), before data
 loads or the run folder exists:
   - every model the run names loads its config and tokenizer files (`probe_model`, reading no weights), and a
@@ -68,7 +68,7 @@ def probe_model(name_or_path: str, revision: str | None = None, trust_remote_cod
                 flag: str = "--model"):
     """Check that a model loads, reading no weights; returns its transformers config, or for a peft adapter
     folder its adapter_config.json (a dict; the base model is probed too)."""
-    from rlft.model_probe import check_folder, load_problem, read_config
+    from rlft.loadable import check_folder, load_problem, read_config
     from rlft.models import adapter_base, resolve_model_path
 
     try:

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from rlft.config_checks import cross_checks, did_you_mean
+from rlft.cross_checks import cross_checks, did_you_mean
 from rlft.errors import UserError
 from rlft.schema import COMMON_SECTIONS, LORA, METHODS, SCHEMA, TRL_CONFIGS, Field  # noqa: F401  (re-exported)
 
@@ -120,13 +120,13 @@ def recipe_layer(path: str | Path) -> tuple[Layer, str | None]:
     """Read a YAML recipe into a layer; returns (layer, the recipe's `method:` if it names one)."""
     p = Path(path).expanduser()
     if not p.is_file():
-        from rlft.bounded import kind_of
+        from rlft.data.bounded import kind_of
 
         what = ("is a folder, not a YAML file" if p.is_dir() else f"is {kind_of(p)}, not a YAML file"
                 if kind_of(p) else "does not exist")
         raise UserError(f"recipe '{path}' {what}", "check the path; shipped recipes are in recipes/")
     try:
-        from rlft.bounded import check_text_file, load_yaml
+        from rlft.data.bounded import check_text_file, load_yaml
 
         check_text_file(p, str(path), "recipe")
         doc = load_yaml(p.read_text(encoding="utf-8"), _LineLoader, str(path))
@@ -191,7 +191,7 @@ def set_layer(assignments: list[str]) -> Layer:
         key, sep, raw = item.partition("=")
         if not sep or "." not in key:
             raise UserError(f"--set '{item}' is not section.key=value", "write it like --set dpo.beta=0.2")
-        from rlft.bounded import load_yaml
+        from rlft.data.bounded import load_yaml
 
         try:
             value = load_yaml(raw, yaml.SafeLoader, f"--set {key.strip()}") if raw.strip() else ""
@@ -238,7 +238,7 @@ def resolve(method: str, recipe: str | Path | None = None, flags: dict[str, Any]
         head = problems[0] if len(problems) == 1 else f"{len(problems)} config problems:\n  " + "\n  ".join(problems)
         raise UserError(head, "fix the values above (rlft <method> --print-config shows the resolved config)")
     if not merged.values.get("train.output_dir"):  # the schema's documented default: runs/<method>-<time>
-        from rlft.run import default_output_dir
+        from rlft.run.folder import default_output_dir
 
         merged.put("train.output_dir", default_output_dir(method), "default")
     return RunConfig(method, _nest(merged.values), merged.origins)

@@ -3,7 +3,7 @@
 Prompts are rendered the way the trainers render them: a string prompt is used as is (TRL's
 non-conversational format; `rlft.data.wrap_as_chat` makes it a user message), a message list goes through the
 tokenizer's chat template with the generation prompt added. Generation stops at eos or the template's
-end-of-turn token (rlft.chat_templates.stop_token_ids); tokens come from rlft.decode's loop (the same tokens as
+end-of-turn token (rlft.chat_templates.stop_token_ids); tokens come from rlft.speed.decode's loop (the same tokens as
 `generate` when greedy; one prefill per prompt for several samples) or, for a model it does not drive, from the
 model's own `generate`; completions are decoded without special tokens. Scoring is exact match against `answer`
 unless a scorer (a verifier) is given.
@@ -33,7 +33,7 @@ def generate_detailed(model, tok, prompts: Sequence[Any], *, max_new_tokens: int
     import torch
 
     from rlft.chat_templates import stop_token_ids
-    from rlft.decode import decode
+    from rlft.speed.decode import decode
 
     texts = [render_prompt(tok, p) for p in prompts]
     stops = stop_token_ids(tok, model)  # eos and the chat template's end-of-turn token
@@ -47,7 +47,7 @@ def generate_detailed(model, tok, prompts: Sequence[Any], *, max_new_tokens: int
         for start in range(0, len(texts), batch_size):
             batch = tok(texts[start:start + batch_size], return_tensors="pt", padding=True,
                         add_special_tokens=False).to(device)
-            if num_return_sequences > 1:  # each prompt repeated, as generate would; rlft.decode prefills it once
+            if num_return_sequences > 1:  # each prompt repeated, as generate would; rlft.speed.decode prefills it once
                 batch = {k: v.repeat_interleave(num_return_sequences, dim=0) for k, v in batch.items()}
             gen_kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=do_sample,
                                               pad_token_id=tok.pad_token_id, eos_token_id=stops)

@@ -156,9 +156,9 @@ def load_source(source: str):
 
 def check_output_file(source: str, out: Path, overwrite: bool) -> None:
     """--gguf is a new file (or, with --overwrite, a file) in an existing folder, outside the source and every
-    model it refers to (rlft.outputs)."""
-    from rlft.bounded import kind_of
-    from rlft.outputs import check_output, refs_as_inputs
+    model it refers to (rlft.run.outputs)."""
+    from rlft.data.bounded import kind_of
+    from rlft.run.outputs import check_output, refs_as_inputs
 
     if out.is_dir():
         raise UserError(f"--gguf '{out}' is a folder", "pass a file path such as model.gguf")
@@ -228,7 +228,7 @@ def export_gguf(source: str, out: str | Path, outtype: str = "f32", overwrite: b
         writer.close()
         tmp.replace(out)
     except OSError as exc:  # a full or read-only disk: the old file (if any) stays
-        from rlft.outputs import write_problem
+        from rlft.run.outputs import write_problem
 
         raise write_problem(out, exc, "--gguf") from exc
     finally:

@@ -27,7 +27,7 @@ def check_merge(run: str | Path, out: str | Path, dtype: str, overwrite: bool = 
         what = "a full fine-tune (already a plain model folder)" if (run / "config.json").exists() else "not a run"
         raise UserError(f"'{run}' has no LoRA adapter to merge: it is {what}",
                         "merge a run trained with --lora (its folder holds adapter_config.json)")
-    from rlft.outputs import check_model_folder, check_output, refs_as_inputs
+    from rlft.run.outputs import check_model_folder, check_output, refs_as_inputs
 
     check_output(out, refs_as_inputs(run, "model"), "-o",
                  "choose an -o DIR outside the run and the models it refers to")
@@ -55,7 +55,7 @@ def merge_run(run: str | Path, out: str | Path, dtype: str = "float32", overwrit
     merged = PeftModel.from_pretrained(model, str(run)).merge_and_unload()
     merged = merged.to(torch_dtype(dtype))
     tok = load_tokenizer(str(run))
-    from rlft.outputs import staged
+    from rlft.run.outputs import staged
 
     with staged(out, "-o") as tmp:  # a full or read-only disk leaves the old folder (or nothing)
         merged.save_pretrained(tmp)

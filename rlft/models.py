@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlft.errors import UserError
-from rlft.model_sources import SMOLLM2, build_once, cache_dir, gguf_folder, intact, is_gguf, record_files, smollm2_gguf
+from rlft.sources import SMOLLM2, build_once, cache_dir, gguf_folder, intact, is_gguf, record_files, smollm2_gguf
 
 TINY = "tiny"
 # Character vocabulary: printable ASCII (94) + space + newline = 96 characters, plus 4 special tokens.
@@ -82,7 +82,7 @@ def tiny_path() -> Path:
 
 def resolve_model_path(name_or_path: str) -> str:
     """Map `tiny` to its cached build, `smollm2` and `*.gguf` files to their converted folders (see
-    rlft.model_sources), check local folders, and pass hub ids through.
+    rlft.sources), check local folders, and pass hub ids through.
 
     A string that is neither an existing folder nor shaped like a hub id is a user error, not a 404 later.
     """
@@ -117,8 +117,8 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, trust_remote_
     try:
         tok = AutoTokenizer.from_pretrained(path if _has_tokenizer(path) else base, revision=revision,
                                             trust_remote_code=trust_remote_code)
-    except Exception as exc:  # noqa: BLE001 - missing/corrupt files, offline hub: one line (rlft.model_probe)
-        from rlft.model_probe import load_problem
+    except Exception as exc:  # noqa: BLE001 - missing/corrupt files, offline hub: one line (rlft.loadable)
+        from rlft.loadable import load_problem
 
         raise load_problem(name_or_path, exc) from exc
     if tok.pad_token is None:
@@ -153,10 +153,9 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
                                   trust_remote_code=model_cfg.trust_remote_code)
     if model_cfg.load_in_4bit:
         kwargs["quantization_config"] = _bnb_config(dtype)
-    if _cpu_bf16(dtype):
-        # torch's CPU flash-attention kernel is slow in bf16, its backward most (SmolLM2, 8 x 108 tokens: the
-        # eager attention's backward took ~0.65x its time, BENCHMARKS.md); short sequences lose nothing by eager.
-        kwargs["attn_implementation"] = "eager"
+    from rlft import speed
+
+    kwargs.update(speed.load_options(dtype))  # the speed layer's half that acts before the weights load
     base = adapter_base(path)
     auto = AutoModelForCausalLM
     if head == "score":
@@ -172,11 +171,9 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
         model = auto.from_pretrained(base or path, **({**kwargs, "dtype": _merge_dtype(dtype)} if base and not
                                                       model_cfg.load_in_4bit else kwargs))
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:  # bad files, offline hub: one line
-        from rlft.model_probe import load_problem
+        from rlft.loadable import load_problem
 
         raise load_problem(model_cfg.name_or_path, exc) from exc
-    if model_cfg.load_in_4bit:
-        fix_cpu_4bit(model)
     if base:
         from peft import PeftModel
 
@@ -192,41 +189,13 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
                            task="SEQ_CLS" if head == "score" else "CAUSAL_LM")
         if trainable and not model_cfg.load_in_4bit:
             _fp32_trainable(model)
-            if _cpu_bf16(dtype):
-                from rlft.activations import fp32_activations
-
-                fp32_activations(model)
     if not trainable:
         model.eval()
         model.requires_grad_(False)
-    contiguous_head(model)
+    four_bit = model_cfg.load_in_4bit
+    speed.prepare_model(model, dtype, four_bit=four_bit,
+                        lora_trainable=with_lora and model_cfg.lora.enabled and trainable and not four_bit)
     return model
-
-
-def contiguous_head(model) -> bool:
-    """On the CPU, give the LM head its input contiguous (a forward pre-hook); True where one was added.
-
-    transformers' `generate` (and any caller passing an int `logits_to_keep`) hands the head a strided slice of
-    the hidden states, which torch's CPU linear multiplies as a batched product with the weight expanded per row:
-    64 rows of SmolLM2 in bf16 7.9 s and +3.6 GB against 0.02 s for the same rows contiguous
-    (bench/lm_head_slice.py). rlft's own passes give the head an index tensor (rlft.decode.last_positions); this
-    covers the rest: TRL's and transformers' `generate`, PPO's rollouts, chat, remote-code models. A contiguous
-    input is passed on as it is, so the hook costs nothing there."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    weight = getattr(head, "weight", None)
-    if head is None or weight is None or weight.device.type != "cpu" or getattr(head, "_rlft_contiguous", False):
-        return False
-    head.register_forward_pre_hook(_contiguous_input)
-    head._rlft_contiguous = True
-    return True
-
-
-def _contiguous_input(_module, args):
-    # module-level (not a lambda): a model with the hook still pickles and deep-copies
-    x = args[0] if args else None
-    if x is None or not hasattr(x, "is_contiguous") or x.is_contiguous():
-        return None
-    return (x.contiguous(), *args[1:])
 
 
 def load_for_inference(name_or_path: str, head: str = "causal"):
@@ -264,30 +233,11 @@ def _bnb_config(dtype):
                               bnb_4bit_compute_dtype=dtype)
 
 
-def fix_cpu_4bit(model) -> int:
-    """Stop bitsandbytes' CPU path from repacking 4-bit weights after a no-grad forward.
-
-    On CPUs with AVX512-BF16, Linear4bit repacks its weights the first time it runs without grad (an
-    eval or generation pass); LoRA gradients computed through the repacked weights are then silently
-    wrong. Turning the fast path off keeps one layout for every pass. Returns how many layers were fixed.
-    """
-    try:
-        from bitsandbytes.nn import Linear4bit
-    except ImportError:
-        return 0
-    fixed = 0
-    for module in model.modules():
-        if isinstance(module, Linear4bit):
-            module.support_avx512bf16_for_cpu = False
-            fixed += 1
-    return fixed
-
-
 def _fp32_trainable(model) -> None:
     """Keep every trainable weight in fp32 over a bf16/fp16 base, and compute in the base's dtype.
 
     LoRA adapters: the fp32 A and B matrices are cast to the activations' dtype inside each matmul (a no-op
-    where rlft.activations.fp32_activations makes the activations fp32, as it does for every CPU bf16 run it
+    where rlft.speed.activations.fp32_activations makes the activations fp32, as it does for every CPU bf16 run it
     can; bf16 otherwise) instead of peft's default of casting every activation up to fp32 and the sum back.
     The update itself stays exact fp32 (Adam on fp32 weights). A module trained whole beside it
     (`modules_to_save`: a reward model's score head) gets its weights in fp32 and its inputs cast to fp32 on
@@ -353,12 +303,6 @@ def __getattr__(name: str):
     if name == "LinearInInputDtype":  # built on first use: this module must not import torch at import time
         return _linear_class()
     raise AttributeError(name)
-
-
-def _cpu_bf16(dtype) -> bool:
-    import torch
-
-    return dtype == torch.bfloat16 and not torch.cuda.is_available()
 
 
 def _merge_dtype(dtype):

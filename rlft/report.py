@@ -23,7 +23,7 @@ from typing import Any
 
 from rlft.alarms import to_float
 from rlft.errors import UserError
-from rlft.run import read_jsonl
+from rlft.run.folder import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,13 @@ PANELS = (
     Panel("loss", "Loss", ("loss", "eval_loss")),
     Panel("reward", "Reward", ("reward", "rewards/chosen", "rewards/rejected", "rewards/margins")),
     Panel("heldout", "Held-out pass@1 (greedy)", ("heldout/pass_at_1",), "pass@1"),
-    Panel("heldout_score", "Held-out metric (rlft.heldout; higher is better)", ("heldout/score",), "score"),
+    Panel("heldout_score", "Held-out metric (rlft.watch.heldout; higher is better)", ("heldout/score",), "score"),
     Panel("kl", "KL to the reference", ("kl", "objective/kl"), "nats/token"),
     Panel("entropy", "Entropy", ("entropy",), "nats/token"),
     Panel("zero_signal", "GRPO groups with all-equal rewards", ("frac_reward_zero_std",), "share",
           (0.8, "alarm threshold")),
-    Panel("band", "GRPO/RLOO prompts by pass record (rlft.prompt_band)", ("band/in", "band/retired", "band/failed"),
-          "prompts"),
+    Panel("band", "GRPO/RLOO prompts by pass record (rlft.methods.prompt_band)",
+          ("band/in", "band/retired", "band/failed"), "prompts"),
     Panel("logps", "DPO log-probs", ("logps/chosen", "logps/rejected"), "nats"),
     Panel("acceptance", "Bootstrap: share of samples accepted, per round", ("bootstrap/acceptance_rate",), "share"),
     Panel("bootstrap_bands", "Bootstrap: prompts by share of samples accepted, per round",
@@ -292,7 +292,7 @@ def _samples_section(samples: list[dict]) -> list[str]:
 
 def write_report(run_dir: str | Path) -> Path:
     """Write RUN_DIR/report/report.md and its PNGs; returns the path of report.md."""
-    from rlft.outputs import check_writable, staged
+    from rlft.run.outputs import check_writable, staged
 
     run = load_run(Path(run_dir))
     final = run["dir"] / "report"

@@ -83,7 +83,7 @@ class RewardModelReward:
             try:
                 self._model = load_for_inference(path, head="score")
             except (OSError, ValueError, RuntimeError) as exc:
-                from rlft.model_probe import load_problem
+                from rlft.loadable import load_problem
 
                 raise load_problem(self.path, exc, "--reward-model") from exc
         return self._model, self._tok

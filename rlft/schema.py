@@ -87,12 +87,12 @@ def group_rl(num_generations: Field, beta: Field) -> dict[str, Field]:
         "filter_prompts": Field("bool", False, "train only on prompts whose pre-flight group was mixed",
                                 rlft_only=True),
         "prompt_sampler": Field("str", "plain", "band: draw the next prompts mostly from those neither always nor "
-                                "never solved so far (rlft/prompt_band.py); plain: TRL's shuffled passes (the "
+                                "never solved so far (rlft/methods/prompt_band.py); plain: TRL's shuffled passes (the "
                                 "default: band did not beat it on the tiny math runs, bench/band_vs_plain.py)",
                                 choices=("band", "plain"), rlft_only=True),
         "skip_zero_advantage": Field("bool", True, "skip the forward and backward of rows whose advantage is 0: "
                                      "the same update, and TRL's entropy and clip metrics cover the rows trained "
-                                     "on (rlft/zero_advantage.py)", rlft_only=True),
+                                     "on (rlft/methods/zero_advantage.py)", rlft_only=True),
         "heldout_max_new_tokens": Field("int", None, "generation budget for held-out evaluation "
                                         "(default: max_completion_length)", minimum=1, rlft_only=True),
         # Tools and environments (rlft/tools.py): GRPO only; RLOOTrainer has no tool loop in TRL 1.16
@@ -111,7 +111,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "model": {
         "name_or_path": Field("str", "tiny", "folder, hub id, .gguf file, `tiny` or `smollm2`", nullable=False),
         "dtype": Field("str", "auto", "weights dtype; auto = bf16 on GPUs that have it and for LoRA on CPUs with "
-                       "bf16 units (rlft.precision), else fp32",
+                       "bf16 units (rlft.speed.precision), else fp32",
                        choices=("auto", "float32", "bfloat16", "float16")),
         "revision": Field("str", None, "hub revision (branch, tag or commit)"),
         "trust_remote_code": Field("bool", False, "allow model code from the hub"),
@@ -138,7 +138,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "num_train_epochs": Field("float", 1.0, "epochs over the training data", minimum=0.0),
         "max_steps": Field("int", -1, "stop after this many optimizer steps (-1: use epochs)", minimum=-1),
         "max_minutes": Field("float", None, "end the training loop within this many minutes of its start (held-out "
-                             "checks included): completed as at max_steps (rlft/time_limit.py)", above=0.0,
+                             "checks included): completed as at max_steps (rlft/run/time_limit.py)", above=0.0,
                              rlft_only=True),
         "per_device_train_batch_size": Field("int", 8, "rows per device per step", minimum=1),
         "gradient_accumulation_steps": Field("int", 1, "micro-batches per optimizer step", minimum=1),
@@ -153,7 +153,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
                                         "layer's forward in the backward pass)"),
         "save_total_limit": Field("int", 2, "keep at most N checkpoints", minimum=1),
     },
-    # How a run is watched (rlft.monitor / rlft.alarms): every method has this section.
+    # How a run is watched (rlft.watch.monitor / rlft.alarms): every method has this section.
     "watch": {
         "on_alarm": Field("str", "warn", "what an alarm does: warn, or stop (after saving a checkpoint)",
                           choices=("warn", "stop"), rlft_only=True),

@@ -2,7 +2,7 @@
 
 Each trial is an ordinary run (rlft.methods.common.train, or rlft's PPO) of the same recipe, data and model
 with the trial's values set (`--set KEY=VALUE`) and `train.max_steps` set to the trial budget, in its own
-folder OUT/trial-N (its console output in OUT/trial-N.log). Its held-out check (rlft.heldout: the eval rows,
+folder OUT/trial-N (its console output in OUT/trial-N.log). Its held-out check (rlft.watch.heldout: the eval rows,
 else the automatic slice of the training rows) is the judge: every check is reported to Optuna, whose pruner
 (MedianPruner: stop a trial whose score at a step is below the median of the earlier trials at that step;
 Optuna's, not a hand-written scheduler) may stop it there, and the trial's value is its best check after step 0
@@ -14,7 +14,7 @@ Afterwards: a table of every trial (params, state, value, steps) printed and in 
 them in OUT/trials.png, and the best trial's config, resolved without the trial budget (the recipe's own length
 in steps or passes), written as OUT/best_recipe.yaml, which `rlft <method> --recipe OUT/best_recipe.yaml` runs.
 The best trial is the highest-valued one among those whose folder kept a trained model (a trained check beat the
-start clearly: rlft.overfit.kept_check); when none did, the highest-valued one, with a note saying so.
+start clearly: rlft.watch.overfit.kept_check); when none did, the highest-valued one, with a note saying so.
 rlft's PPO has no automatic slice of its prompts: `rlft sweep ppo` needs held-out rows (data.eval,
 data.eval_fraction or watch.holdout; refused before any trial without them), and its trials check every trial
 budget / 5 steps unless train.eval_steps / watch.holdout_every ask for more often.
@@ -260,7 +260,7 @@ def check_sweep_output(out: Path, base, overwrite: bool) -> None:
     """The output rule of every command, for a sweep folder: never an input, inside one or holding one (the
     base config's model, data, verifier files...: a --model that is a trial of the sweep being overwritten
     included); a folder, not a file; empty, or a sweep's folder replaced only with --overwrite."""
-    from rlft.outputs import check_output, input_paths
+    from rlft.run.outputs import check_output, input_paths
 
     if out.exists() and not out.is_dir():
         raise UserError(f"--output-dir '{out}' is a file, not a folder", "choose a folder path for --output-dir")
@@ -276,7 +276,7 @@ def check_sweep_output(out: Path, base, overwrite: bool) -> None:
 def check_judged(base, train_rows: list, eval_rows: list) -> None:
     """The trials' held-out check will have rows (rlft.watch.auto_holdout's rule), else one line before any
     trial: a sweep whose trials cannot be judged ends at its first trial."""
-    from rlft.heldout import prompt_groups, slice_size
+    from rlft.watch.heldout import prompt_groups, slice_size
 
     watch = base.values.get("watch") or {}
     if watch.get("holdout") or eval_rows:

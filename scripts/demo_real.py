@@ -23,23 +23,23 @@ How the budget is split, and why:
   prompts x 8 leave many steps with one group that carries a signal, or none, and one draw's GRPO stage gained
   nothing in 40 steps; 4 prompts at 1e-4 gained on every draw with one RL seed but nothing on that draw with
   another, 6 prompts +8.7 there. More prompts cost less than their share of time: the decode reads each weight
-  once per token position for all rows, and all-equal groups skip the backward (numbers: README, "A real
+  once per token position for all rows, and all-equal groups skip the backward (numbers: BENCHMARKS.md, "A real
   model").
 - The held-out rows (a --watch-rows slice) go to the RL stage as `--holdout`, so the reward-hacking alarm
   watches a score the reward cannot see being gamed, and the stage keeps its SFT start unless a trained check
-  beats it by more than its noise (rlft.overfit.kept_check). 100 rows, checked 4 times: on 40 rows a +12-point
+  beats it by more than its noise (rlft.watch.overfit.kept_check). 100 rows, checked 4 times: on 40 rows a +12-point
   gain (SFT 0.453 -> 0.58 on all 150 rows) did not clear the noise (0.525 -> 0.625 on the 40) and the start was
-  kept (at the keep rule of then, one-sided 5%; rlft.overfit.START_Z is lower now, 100 rows stay).
+  kept (at the keep rule of then, one-sided 5%; rlft.watch.overfit.START_Z is lower now, 100 rows stay).
 - Each --seeds value (1,2 by default) is one RL run from the same SFT model (its row in the table is
   `grpo-seedN`). They run side by side, one process per core (--jobs): on 2 cores two one-thread stages each
   ran at about the speed of one alone, where a second thread in one process made a step 1.44x faster.
 - The demo ends within --minutes (28: `make demo-real` with its install check and the estimates' error stays
-  under 30): after the SFT stage, each RL stage gets what is left as train.max_minutes (rlft.time_limit), less
+  under 30): after the SFT stage, each RL stage gets what is left as train.max_minutes (rlft.run.time_limit), less
   room for loading, its pre-flight and the closing scores (LOAD and CLOSING times the SFT model's held-out
   scoring). On a fast CPU the RL stages reach --rl-steps first; on a slow one they stop early, checked and
   kept as at the last step.
   The base model is scored beside the one-thread SFT stage, and the RL stages' models side by side.
-The numbers this was tuned with, and what did not work, are in the README ("A real model").
+The numbers this was tuned with, and what did not work, are in BENCHMARKS.md ("A real model").
 """
 
 from __future__ import annotations

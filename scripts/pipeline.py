@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlft.evaluate import heldout_pass_at_1
-from rlft.trl_cpu import release_freed_memory
+from rlft.speed.trl_patches import release_freed_memory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
@@ -79,8 +79,8 @@ def _rlft(*args: str) -> None:
         if exc.code not in (0, None):
             raise typer.Exit(exc.code if isinstance(exc.code, int) else 1) from exc
     finally:
-        # the stage kept its freed memory for its next step (rlft.trl_cpu.keep_freed_memory, whose settings stay
-        # with this process: hence a trim after each in-process stage and scoring); this process goes on
+        # the stage kept its freed memory for its next step (rlft.speed.trl_patches.keep_freed_memory, whose
+        # settings stay with this process: hence a trim after each in-process stage and scoring); this process goes on
         release_freed_memory()
 
 
@@ -282,7 +282,7 @@ class Pipeline:
         """Run independent stages (name, method, model, args) `jobs` at a time, each as its own `python -m rlft`
         process; returns their output folders, in order. On a 2-core CPU two one-thread GRPO stages side by side
         each ran at about the speed of one alone, where a second thread in one process made a step 1.44x faster
-        (README, "A real model").
+        (BENCHMARKS.md, "A real model").
 
         Each process gets cpus // processes torch threads unless OMP_NUM_THREADS is set; its output goes to
         OUT/NAME.log, and each logged step, pre-flight verdict and alarm shows here as one line. Rows are

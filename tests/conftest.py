@@ -90,7 +90,7 @@ def sft_short(tmp_path_factory, tiny_dir):
 
 @pytest.fixture
 def one_thread():
-    """One compute thread: MKL packing applies (rlft.packed_linear.MAX_THREADS) with one layout."""
+    """One compute thread: MKL packing applies (rlft.speed.packed_linear.MAX_THREADS) with one layout."""
     import torch
 
     before = torch.get_num_threads()

@@ -35,15 +35,15 @@ def write_jsonl(path: Path, rows) -> Path:
 
 def precision_gap(model_path: str, ids, lora_b: float = 1e-3) -> dict:
     """A LoRA model over `model_path` in fp32, in bf16 with bf16 activations, and in bf16 with
-    rlft.activations.fp32_activations (the same adapter, B drawn at `lora_b`): each bf16 variant's LM loss on
+    rlft.speed.activations.fp32_activations (the same adapter, B drawn at `lora_b`): each bf16 variant's LM loss on
     `ids` (absolute difference from fp32's), its adapter gradients (norm of the difference over fp32's norm),
     the dtype of the first layer's output and of a base weight (Llama layout)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rlft.activations import fp32_activations
     from rlft.models import _fp32_trainable
+    from rlft.speed.activations import fp32_activations
 
     out: dict = {"loss": {}, "grad": {}, "hidden": {}, "weights": {}}
     ref_loss = ref_grad = None

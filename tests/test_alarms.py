@@ -243,7 +243,7 @@ def test_length_hacking_quiet(lengths, heldout):
 
 
 def real_history(name: str) -> list[dict]:
-    from rlft.run import read_jsonl
+    from rlft.run.folder import read_jsonl
 
     return read_jsonl(FIXTURES / name)
 
@@ -336,7 +336,7 @@ def test_watch_modules_import_no_heavy_library():
     import subprocess
     import sys
 
-    code = ("import sys, rlft.alarms, rlft.report, rlft.commands.report, rlft.monitor; print(','.join(m for m in "
+    code = ("import sys, rlft.alarms, rlft.report, rlft.commands.report, rlft.watch.monitor; print(','.join(m for m in "
             "('torch', 'transformers', 'trl', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
@@ -436,7 +436,7 @@ def _recorded(name: str) -> list[dict]:
 def test_tool_collapse_fires_on_the_recorded_collapse_and_not_on_the_healthy_run():
     # Recorded metrics.jsonl of two tiny-model GRPO runs with the calculator environment after SFT: lr 3e-4 stopped
     # calling the tool (0.7 -> 0.075 -> 0 calls per episode, reward 0.25 -> 0), lr 3e-5 kept calling it.
-    from rlft.tool_alarms import tool_collapse
+    from rlft.watch.tool_alarms import tool_collapse
 
     def first(rule, history):  # as the watcher runs a rule: after each log, the first that fires
         return next((a for i in range(1, len(history) + 1) if (a := rule(history[:i], TH)) is not None), None)
@@ -452,7 +452,7 @@ def test_tool_collapse_fires_on_the_recorded_collapse_and_not_on_the_healthy_run
 
 
 def test_tool_collapse_on_dominant_errors_and_quiet_while_the_reward_rises():
-    from rlft.tool_alarms import tool_collapse
+    from rlft.watch.tool_alarms import tool_collapse
 
     base = {"tools/call_frequency": [1.0, 1.1, 1.0, 1.2], "reward_std": [0.4, 0.4, 0.4, 0.4]}
     errors = logs({**base, "tools/failure_frequency": [0.05, 0.2, 0.6, 0.7], "reward": [0.3, 0.3, 0.25, 0.2]})

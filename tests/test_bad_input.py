@@ -129,7 +129,7 @@ def test_resume_of_a_completed_run_needs_more_steps(cli, tmp_path):
     refused(r, "already completed (2 steps)")
     assert snapshot(run) == before
     from rlft.config import resolve
-    from rlft.run import check_resume
+    from rlft.run.folder import check_resume
 
     grown = resolve("sft", flags={"data.train": ([str(SFT_DATA)], "--data"), "train.max_steps": (5, "--max-steps"),
                                   "train.output_dir": (str(run), "-o")})
@@ -143,7 +143,7 @@ def test_overwrite_with_resume_is_refused_and_the_run_kept(cli, tmp_path):
     refused(r, "--overwrite and --resume")
     assert snapshot(run) == before
     from rlft.errors import UserError
-    from rlft.run import prepare_output_dir
+    from rlft.run.folder import prepare_output_dir
 
     with pytest.raises(UserError, match="--overwrite and --resume"):  # the same guard for every method (PPO)
         prepare_output_dir(run, overwrite=True, resume=True)
@@ -191,7 +191,7 @@ def _failed_before_step_1(cli, tmp_path) -> Path:
     out = tmp_path / "o"
     r = cli("sft", "--data", DATA / "support/demos.jsonl", "-o", out, "--max-steps", "1",
             "--set", "sft.max_length=64")
-    refused(r, "all 200 training rows were dropped")  # 200 less the automatic held-out slice (rlft.heldout)
+    refused(r, "all 200 training rows were dropped")  # 200 less the automatic held-out slice (rlft.watch.heldout)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and not summary.get("global_step")
     return out

@@ -159,7 +159,7 @@ def test_resume_of_a_completed_run_with_another_model_or_lora_keeps_the_run(cli,
     refused only after its config.yaml, versions.json and summary.json had been rewritten."""
     import yaml
 
-    from rlft.run_guard import FINGERPRINT, fingerprint
+    from rlft.run.guard import FINGERPRINT, fingerprint
 
     model = model_copy(tmp_path, tiny_dir, "model")
     out = tmp_path / "run"
@@ -268,7 +268,7 @@ def test_the_valid_tiny_gguf_converts_with_every_token_id_embedded(cli, tmp_path
     from gguf_tiny import write_tiny_gguf
     from transformers import AutoConfig, AutoTokenizer
 
-    from rlft.model_sources import gguf_folder
+    from rlft.sources import gguf_folder
 
     src = tmp_path / "tiny.gguf"
     write_tiny_gguf(src)
@@ -374,7 +374,7 @@ def test_a_run_that_fills_the_disk_keeps_only_whole_checkpoints(tmp_path, resume
     """The ending of a training run on a full disk (a SafetensorError naming `os error 28`): the checkpoint
     being written (no trainer_state.json yet) and the final weights go; a resumed run keeps its folder and its
     whole checkpoint, so --resume can continue; a fresh run with no whole checkpoint leaves no folder."""
-    from rlft.run import RunRecord
+    from rlft.run.folder import RunRecord
 
     out = tmp_path / "run"
     out.mkdir()

@@ -1,7 +1,7 @@
 """Bad input, second round (issue 23): nothing destroyed, never the wrong run.
 
-The output rule (rlft/outputs.py) for every writing command, staged writes, the run-folder lock and the
-run's fingerprint for --resume (rlft/run_guard.py). Each case runs the real CLI and asserts the exit code,
+The output rule (rlft/run/outputs.py) for every writing command, staged writes, the run-folder lock and the
+run's fingerprint for --resume (rlft/run/guard.py). Each case runs the real CLI and asserts the exit code,
 the one `error:` line with its `fix:` line, and that nothing was created or destroyed (files hashed).
 """
 
@@ -175,7 +175,7 @@ def test_report_reads_damaged_lines_and_refuses_a_pipe(cli, tmp_path):
 def test_a_live_run_is_never_overwritten_or_resumed_and_ctrl_c_prints_a_line(cli, tmp_path, rlft_cache, tiny_dir):
     """A run waits inside the trainer's build (its folder exists, its lock held): --overwrite and --resume of
     its folder are refused naming its PID; Ctrl-C then ends it with one line and exit 130, and its lock goes."""
-    from rlft.run_guard import LOCK, lock_holder
+    from rlft.run.guard import LOCK, lock_holder
 
     out, flag = tmp_path / "out", tmp_path / "flag"
     env = {**os.environ, "RLFT_CACHE": str(rlft_cache), "PYTHONPATH": str(ROOT)}
@@ -202,8 +202,8 @@ def test_a_live_run_is_never_overwritten_or_resumed_and_ctrl_c_prints_a_line(cli
 
 
 def test_a_stale_lock_of_a_dead_process_is_ignored(tmp_path):
-    from rlft.run import prepare_output_dir
-    from rlft.run_guard import LOCK, acquire_lock, lock_holder, release_lock
+    from rlft.run.folder import prepare_output_dir
+    from rlft.run.guard import LOCK, acquire_lock, lock_holder, release_lock
 
     out = tmp_path / "run"
     out.mkdir()
@@ -225,7 +225,7 @@ def run_folder(cli, tmp_path: Path, *args, fingerprinted: bool = True) -> Path:
     unless `fingerprinted` is off, its fingerprint.json), without training."""
     import yaml
 
-    from rlft.run_guard import FINGERPRINT, fingerprint
+    from rlft.run.guard import FINGERPRINT, fingerprint
 
     out = tmp_path / "run"
     r = cli(*args, "-o", out, "--max-steps", "2", "--print-config")

@@ -1,7 +1,7 @@
 """Bad input, second round (issue 23): bounded in time and memory, the right model for its role, every check
 before the run folder exists, and no generic crash.
 
-Inputs read with bounds (rlft/bounded.py), model kind by role (rlft.checks), late checks moved early, and
+Inputs read with bounds (rlft/data/bounded.py), model kind by role (rlft.checks), late checks moved early, and
 one-line errors for what used to crash. Each case runs the real CLI and asserts exit 2, one `error:` line
 naming the problem with its `fix:` line, and that no run folder was created; the slow cases are timed.
 """

@@ -43,10 +43,10 @@ def test_bands_template_share_and_the_preflight_verdict():
 def test_accepted_rows_train_their_log_prob_rises(tmp_path, sft_short):
     """One round's fine-tune (SFTTrainer on the same model object) raises the kept completions' log-probs."""
     from rlft.config import resolve
-    from rlft.heldout import completion_logprobs
     from rlft.methods.bootstrap import _fine_tune
     from rlft.methods.common import load_run_tokenizer
     from rlft.models import load_model
+    from rlft.watch.heldout import completion_logprobs
 
     cfg = resolve("bootstrap", RECIPE, {"model.name_or_path": (str(sft_short), "--model"),
                                         "train.output_dir": (str(tmp_path / "run"), "-o")})
@@ -66,7 +66,7 @@ def test_the_best_round_is_kept_and_the_last_goes_to_last(tmp_path):
     from rich.console import Console
 
     from rlft.methods.bootstrap import _keep
-    from rlft.overfit import Check
+    from rlft.watch.overfit import Check
 
     out = tmp_path / "run"
     (out / "best").mkdir(parents=True)

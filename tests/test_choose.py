@@ -25,8 +25,8 @@ from rlft.choose.rules import PAIRS_USUAL, RECIPES_REAL, RECIPES_TINY, Signal, r
 from rlft.commands import choose as choose_cmd
 from rlft.commands.choose import choose
 from rlft.commands.data import data_app
+from rlft.data.rows import verifier_registry
 from rlft.errors import UserError
-from rlft.rows import verifier_registry
 
 runner = CliRunner()
 

@@ -181,7 +181,7 @@ def test_cli_table_escapes_terminal_control_sequences(tmp_path):
 
 
 def test_the_forgeable_mode_is_never_picked_automatically():
-    from rlft.rows import pick_verifier
+    from rlft.data.rows import pick_verifier
 
     rows = [{"prompt": "p", "tests": "x = 1\nassert f(x) == 2"}] * 3  # only code_forgeable accepts these
     assert pick_verifier(rows).name != "code_forgeable"

@@ -1,4 +1,4 @@
-"""rlft.decode: the sampling loop the merged sampling copy runs instead of `generate`."""
+"""rlft.speed.decode: the sampling loop the merged sampling copy runs instead of `generate`."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _prompts():
 
 @pytest.mark.parametrize("stops", [[3], [3, 17, 25]])
 def test_greedy_decoding_gives_generates_tokens(model, stops):
-    from rlft.decode import decode
+    from rlft.speed.decode import decode
 
     ids, mask = _prompts()
     cfg = _config(do_sample=False, eos_token_id=stops, max_new_tokens=24)
@@ -45,8 +45,8 @@ def test_distinct_prompts_keep_their_rows(model, pack, one_thread):
     """Every prompt distinct, in an order torch.unique (which finds the repeats) sorts differently: each row
     gets its own prompt's completion, as generate gives it (review: rlft eval and the held-out checks got
     the completions in sorted order when no prompt repeated)."""
-    from rlft.decode import decode
-    from rlft.packed_linear import unpack
+    from rlft.speed.decode import decode
+    from rlft.speed.packed_linear import unpack
 
     ids = torch.tensor([[50, 60, 70, 80], [0, 0, 9, 8], [40, 30, 20, 10], [0, 12, 13, 14]])
     mask = ids.ne(0).long()
@@ -60,7 +60,7 @@ def test_distinct_prompts_keep_their_rows(model, pack, one_thread):
 
 
 def test_rows_stop_at_their_own_stop_token_and_are_padded_after_it(model):
-    from rlft.decode import decode
+    from rlft.speed.decode import decode
 
     ids, mask = _prompts()
     torch.manual_seed(1)
@@ -100,7 +100,7 @@ def _hf_filtered(logits, cfg):
                                 dict(top_k=20, top_p=0.9, temperature=0.5)])
 def test_sampled_tokens_follow_the_filtered_distribution(kw):
     """Draws from the inverse-CDF sampler match the probabilities transformers' warpers give (chi-square)."""
-    from rlft.decode import _next_tokens
+    from rlft.speed.decode import _next_tokens
 
     torch.manual_seed(0)
     logits = torch.randn(1, 30) * 2
@@ -118,14 +118,14 @@ def test_sampled_tokens_follow_the_filtered_distribution(kw):
 @pytest.mark.parametrize("kw", [dict(num_beams=2), dict(repetition_penalty=1.3), dict(min_new_tokens=4),
                                 dict(no_repeat_ngram_size=2), dict(suppress_tokens=[5])])
 def test_settings_it_does_not_handle_fall_back_to_generate(model, kw):
-    from rlft.decode import decode
+    from rlft.speed.decode import decode
 
     ids, mask = _prompts()
     assert decode(model, input_ids=ids, attention_mask=mask, generation_config=_config(**kw)) is None
 
 
 def test_generation_stops_at_the_models_last_position(model):
-    from rlft.decode import decode
+    from rlft.speed.decode import decode
 
     ids = torch.full((2, model.config.max_position_embeddings - 3), 10)
     with torch.no_grad():
@@ -172,8 +172,8 @@ def test_lora_over_a_bf16_base_computes_in_bf16_with_fp32_weights(tiny_dir):
 
 
 def test_a_bf16_base_keeps_fp32_activations_between_bf16_matmuls(tiny_dir):
-    """rlft.activations.fp32_activations: over a bf16 base the residual stream is fp32, the base weights stay bf16,
-    and the adapter's gradients stay within bf16 rounding of fp32's (the tiny model is too shallow to show
+    """rlft.speed.activations.fp32_activations: over a bf16 base the residual stream is fp32, the base weights stay
+    bf16, and the adapter's gradients stay within bf16 rounding of fp32's (the tiny model is too shallow to show
     the gain over bf16 activations: test_real_model.py measures it on SmolLM2)."""
     from tests.helpers import precision_gap
 
@@ -186,14 +186,14 @@ def test_a_bf16_base_keeps_fp32_activations_between_bf16_matmuls(tiny_dir):
 
 
 def test_trls_fused_head_scores_the_same_when_it_projects_labelled_positions_only(tiny_dir, monkeypatch):
-    """rlft.trl_cpu: on the CPU TRL's compact path (labelled positions only) gives the full path's log-probs and
-    gradients, and rlft switches it on."""
+    """rlft.speed.trl_patches: on the CPU TRL's compact path (labelled positions only) gives the full path's log-probs
+    and gradients, and rlft switches it on."""
     import trl.trainer.distillation_trainer as trl_distill
     import trl.trainer.utils as trl_utils
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from rlft.trl_cpu import score_labelled_positions_only
+    from rlft.speed.trl_patches import score_labelled_positions_only
 
     for module in (trl_utils, trl_distill):  # TRL's own choice (an earlier run in this process may have set rlft's)
         monkeypatch.setattr(module, "_use_triton", getattr(module._use_triton, "original", module._use_triton))
@@ -222,12 +222,12 @@ def test_trls_fused_head_scores_the_same_when_it_projects_labelled_positions_onl
 
 @pytest.mark.parametrize("pick", [(0, 2), (3, 5)])
 def test_packed_decoding_gives_the_plain_tokens_with_rows_stopping_apart(tiny_dir, pick, one_thread):
-    """rlft.packed_linear: decoding from MKL-packed weights (finished rows riding along) gives the tokens the
+    """rlft.speed.packed_linear: decoding from MKL-packed weights (finished rows riding along) gives the tokens the
     plain loop gives, and the model's own generate's."""
     from transformers import AutoModelForCausalLM
 
-    from rlft.decode import decode
-    from rlft.packed_linear import available, unpack
+    from rlft.speed.decode import decode
+    from rlft.speed.packed_linear import available, unpack
 
     if not available():
         pytest.skip("this torch has no MKL packed gemm")
@@ -252,7 +252,7 @@ def test_packed_decoding_gives_the_plain_tokens_with_rows_stopping_apart(tiny_di
 
 
 def test_packed_linear_matches_and_follows_weight_changes(one_thread):
-    from rlft.packed_linear import MAX_THREADS, available, pack, unpack
+    from rlft.speed.packed_linear import MAX_THREADS, available, pack, unpack
 
     if not available():
         pytest.skip("this torch has no MKL packed gemm")
@@ -291,7 +291,7 @@ def test_packs_are_made_in_the_calling_thread_and_only_stale_layers_are_redone(m
     buffer; a pack that fails leaves a plain layer, not a stale or half-written pack."""
     import threading
 
-    import rlft.packed_linear as pl
+    import rlft.speed.packed_linear as pl
 
     if not pl.available():
         pytest.skip("this torch has no MKL packed gemm")
@@ -323,7 +323,7 @@ def test_packs_are_made_in_the_calling_thread_and_only_stale_layers_are_redone(m
 
 def test_packed_products_are_torchs_mkl_products(one_thread):
     """rlft's ctypes binding of MKL's packed gemm gives bit for bit what torch's own MKL ops give."""
-    import rlft.packed_linear as pl
+    import rlft.speed.packed_linear as pl
 
     if not pl.available() or not hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"):
         pytest.skip("this torch has no MKL packed gemm")
@@ -339,7 +339,7 @@ def test_low_rank_terms_are_merged_into_the_pack_and_follow_updates(one_thread):
     """A layer with low-rank terms (the live adapter) computes W x + scale (x A^T) B^T from its pack with the
     terms merged in; an in-place change of A or B is never served from the old pack (plain product plus terms
     until the next pack), and the next pack rewrites the same buffer."""
-    import rlft.packed_linear as pl
+    import rlft.speed.packed_linear as pl
 
     if not pl.available():
         pytest.skip("this torch has no MKL packed gemm")
@@ -376,7 +376,7 @@ def test_reserved_cache_matches_dynamic_cache(model):
     and a crop."""
     from transformers import DynamicCache
 
-    from rlft.decode import reserved_cache
+    from rlft.speed.decode import reserved_cache
 
     ids, mask = _prompts()
     caches = [DynamicCache(config=model.config), reserved_cache(model.config, 4)]
@@ -396,12 +396,12 @@ def test_reserved_cache_matches_dynamic_cache(model):
 
 
 def test_narrow_cpu_tiles_give_the_same_log_probs_and_gradients(monkeypatch):
-    """rlft.trl_cpu.narrow_cpu_tiles: TRL's fused LM head with 8,192-wide vocabulary tiles gives what its
+    """rlft.speed.trl_patches.narrow_cpu_tiles: TRL's fused LM head with 8,192-wide vocabulary tiles gives what its
     32,768-wide tiles give, on a vocabulary wide enough to take several tiles."""
     import trl.trainer.utils as trl_utils
     from trl.kernels import ChunkedLogProbFunction
 
-    from rlft.trl_cpu import CPU_TILE, narrow_cpu_tiles
+    from rlft.speed.trl_patches import CPU_TILE, narrow_cpu_tiles
 
     monkeypatch.setattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", 32768)
     assert narrow_cpu_tiles() and trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE == CPU_TILE
@@ -422,13 +422,13 @@ def test_narrow_cpu_tiles_give_the_same_log_probs_and_gradients(monkeypatch):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_lean_cpu_tiles_give_trls_log_probs_and_gradients(monkeypatch, temperature):
-    """rlft.trl_cpu.lean_cpu_tiles: TRL's fused LM head folded by rlft's in-place tiles gives TRL's own
+    """rlft.speed.trl_patches.lean_cpu_tiles: TRL's fused LM head folded by rlft's in-place tiles gives TRL's own
     log-probabilities and hidden-state gradients bit for bit and its entropy to float rounding, over several
     tiles (the last one a narrower slice); an entropy gradient and soft-capping go to TRL's folds."""
     import trl.kernels.chunked_logprob as kernels
     from trl.kernels import ChunkedLogProbFunction
 
-    from rlft.trl_cpu import lean_cpu_tiles
+    from rlft.speed.trl_patches import lean_cpu_tiles
 
     # TRL's own folds, also where an earlier run in this process installed rlft's (it is process-wide)
     originals = tuple(getattr(f, "original", f) for f in (kernels._forward_tile, kernels._backward_tile))
@@ -468,8 +468,8 @@ def test_a_stale_pack_is_never_used(tiny_dir, one_thread):
     packed sampling copy: a stale pack used to serve those 4 rows)."""
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    from rlft.decode import decode
-    from rlft.packed_linear import available
+    from rlft.speed.decode import decode
+    from rlft.speed.packed_linear import available
 
     if not available():
         pytest.skip("this torch has no MKL packed gemm")
@@ -517,8 +517,8 @@ def test_hybrid_models_fall_back_to_trl_and_generate():
     of failing, and TRL's path / generate run."""
     from trl.trainer.utils import add_fused_lm_head
 
-    from rlft.decode import decode
-    from rlft.prompt_sharing import per_token_logps
+    from rlft.speed.decode import decode
+    from rlft.speed.prompt_sharing import per_token_logps
 
     try:
         model = _hybrid_model()
@@ -535,7 +535,7 @@ def test_hybrid_models_fall_back_to_trl_and_generate():
 _MALLINFO = """
 import ctypes, sys
 sys.path.insert(0, sys.argv[2])
-from rlft.trl_cpu import keep_freed_memory, release_freed_memory
+from rlft.speed.trl_patches import keep_freed_memory, release_freed_memory
 fields = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
 class Info(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in fields]
@@ -562,7 +562,7 @@ else:
 
 def test_keep_freed_memory_serves_large_blocks_from_the_heap_and_keeps_them(tmp_path):
     """glibc: without it a 64 MB block is its own mapping, gone when freed; with it the block comes from the
-    heap and its pages stay for the next step (rlft.trl_cpu)."""
+    heap and its pages stay for the next step (rlft.speed.trl_patches)."""
     import ctypes
     import subprocess
     import sys
@@ -587,7 +587,7 @@ def test_keep_freed_memory_serves_large_blocks_from_the_heap_and_keeps_them(tmp_
 
 
 def _small(family, **kw):
-    """A random two-layer causal LM of a layout rlft.decode_step knows (GQA: 4 query heads over 2)."""
+    """A random two-layer causal LM of a layout rlft.speed.decode_step knows (GQA: 4 query heads over 2)."""
     import transformers
 
     names = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}[family]
@@ -599,8 +599,8 @@ def _small(family, **kw):
 
 
 def _prefilled(model, ids, mask, room):
-    """rlft.decode's reserved cache after the model's own prefill of left-padded `ids`."""
-    from rlft.decode import reserved_cache
+    """rlft.speed.decode's reserved cache after the model's own prefill of left-padded `ids`."""
+    from rlft.speed.decode import reserved_cache
 
     cache = reserved_cache(model.config, room)
     position = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -627,7 +627,7 @@ def test_lean_step_gives_the_models_logits_and_cache(family, kw):
 def _lean_agrees(model, atol=2e-5) -> bool:
     """Six lean steps against the model's forward from the same left-padded prefill: logits and keys/values
     agree (asserted); False where the lean step declines (then the model's forward runs)."""
-    from rlft.decode_step import step_fn
+    from rlft.speed.decode_step import step_fn
 
     ids = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25], [0, 0, 0, 0, 31]])
     mask = ids.ne(0).long()
@@ -666,10 +666,10 @@ def _subclassed():
 @pytest.mark.parametrize("change", ["subclass", "layer hook", "norm forward", "training", "sliding window",
                                     "flex attention"])
 def test_lean_step_declines_what_it_cannot_vouch_for(change):
-    """Anything that could make the model's forward differ from the lean arithmetic sends rlft.decode back to
+    """Anything that could make the model's forward differ from the lean arithmetic sends rlft.speed.decode back to
     the model's forward; greedy tokens stay generate's."""
-    from rlft.decode import decode
-    from rlft.decode_step import eligible
+    from rlft.speed.decode import decode
+    from rlft.speed.decode_step import eligible
 
     model = _small("llama")
     assert eligible(model)
@@ -699,9 +699,9 @@ def test_lean_step_declines_what_it_cannot_vouch_for(change):
 
 def test_lean_step_calls_projections_as_modules(model):
     """Hooks on the linear layers, which the lean step calls as modules, still fire: one call per projection
-    per layer per token (rlft.packed_linear's packs and the live adapter's terms ride on those calls)."""
-    from rlft.decode import decode
-    from rlft.decode_step import eligible
+    per layer per token (rlft.speed.packed_linear's packs and the live adapter's terms ride on those calls)."""
+    from rlft.speed.decode import decode
+    from rlft.speed.decode_step import eligible
 
     calls = []
     handle = model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, a, o: calls.append(a[0].shape))

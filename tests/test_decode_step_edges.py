@@ -1,4 +1,4 @@
-"""rlft.decode_step at its edges (a hostile review's cases): whatever would make the model's forward
+"""rlft.speed.decode_step at its edges (a hostile review's cases): whatever would make the model's forward
 compute something else declines the lean step."""
 
 from __future__ import annotations
@@ -83,12 +83,12 @@ def test_eager_bf16_logits_are_the_models():
 
 
 def test_a_hook_on_a_packed_projection_runs_in_a_packed_decode(tiny_dir, one_thread):
-    """The lean step calls packed projections directly (rlft.packed_linear.direct); a projection with a hook
+    """The lean step calls packed projections directly (rlft.speed.packed_linear.direct); a projection with a hook
     is called as a module, so its hook sees every token."""
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    from rlft import packed_linear
-    from rlft.decode import decode
+    from rlft.speed import packed_linear
+    from rlft.speed.decode import decode
 
     if not packed_linear.available():
         pytest.skip("this torch has no MKL packed gemm")

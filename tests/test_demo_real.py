@@ -57,7 +57,7 @@ def test_demo_real_refuses_a_folder_without_its_files(tmp_path):
 def test_rl_seeds_side_by_side_train_as_each_would_alone(tmp_path, sft_short, one_thread, monkeypatch):
     """Two GRPO seeds as two processes at once (what demo-real does with --seeds 1,2) give the rows, command
     records and training of each seed run on its own in-process; each row starts from the SFT model's score.
-    One thread on both sides: MKL's packed layouts differ by thread count (rlft.packed_linear)."""
+    One thread on both sides: MKL's packed layouts differ by thread count (rlft.speed.packed_linear)."""
     from scripts.pipeline import Pipeline
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

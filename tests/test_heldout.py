@@ -7,7 +7,7 @@ import json
 
 from helpers import DATA, ROOT
 
-from rlft.heldout import measure, metric_for, slice_size, split_by_prompt
+from rlft.watch.heldout import measure, metric_for, slice_size, split_by_prompt
 
 THUMBS = [json.loads(line) for line in (DATA / "arith/thumbs_train.jsonl").read_text().splitlines()[:600]]
 PAIRS = [json.loads(line) for line in (DATA / "arith/pairs_train.jsonl").read_text().splitlines()[:300]]
@@ -75,7 +75,7 @@ def test_a_run_gets_a_held_out_check_and_keeps_the_best_model(cli, sft_model, tm
     best = max(c["score"] for c in curve)
     best_step = max(c["step"] for c in curve if c["score"] == best)
     # the start unless a trained check clearly beat it; then the best check's model, or the last one when it
-    # is within noise of the best (rlft.overfit.kept_check)
+    # is within noise of the best (rlft.watch.overfit.kept_check)
     assert (kept["step"], kept["score"]) in ((best_step, best), (curve[-1]["step"], curve[-1]["score"]),
                                              (0, curve[0]["score"])), kept
     if kept["step"] == 0:  # the start kept: an alarm says so (overfitting, as the training loss fell)

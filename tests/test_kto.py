@@ -7,7 +7,7 @@ import json
 import pytest
 from helpers import DATA, ROOT, write_jsonl
 
-from rlft.thumbs import balance_warning, label_value, recommended_weights
+from rlft.data.thumbs import balance_warning, label_value, recommended_weights
 
 THUMBS = DATA / "arith/thumbs_train.jsonl"
 RECIPE = ROOT / "recipes/kto_tiny.yaml"

@@ -1,4 +1,4 @@
-"""Data lint (rlft/lint.py) and `rlft data lint`: each check on a small bad file, the shipped data clean."""
+"""Data lint (rlft/data/lint.py) and `rlft data lint`: each check on a small bad file, the shipped data clean."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from rlft.commands.data import data_app
 from rlft.data import Row, read_rows
-from rlft.lint import has_errors, length_stats, lint_rows, rating_stats
-from rlft.rows import detect_kind, pick_verifier
+from rlft.data.lint import has_errors, length_stats, lint_rows, rating_stats
+from rlft.data.rows import detect_kind, pick_verifier
 
 
 @dataclass
@@ -179,7 +179,7 @@ def test_pick_verifier_prefers_the_one_that_parses():
 
 
 def test_shipped_verifiable_files_pick_their_verifier():
-    from rlft.rows import verifier_registry
+    from rlft.data.rows import verifier_registry
 
     if not verifier_registry():
         pytest.skip("rlft.verifiers.REGISTRY not there yet")

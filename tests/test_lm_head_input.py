@@ -2,9 +2,10 @@
 
 transformers slices the hidden states for an int `logits_to_keep` into a strided view, and torch's CPU linear
 multiplies such a view with the head's weight expanded per row: 7.9 s and +3.6 GB for 64 rows of SmolLM2 in
-bf16 against 0.02 s (bench/lm_head_slice.py). rlft's own passes give an index tensor (rlft.decode.last_positions),
-and every model rlft loads gets a hook that makes the head's input contiguous (rlft.models.contiguous_head) for
-the paths it does not drive (transformers' `generate`). These tests fail if a strided input comes back."""
+bf16 against 0.02 s (bench/lm_head_slice.py). rlft's own passes give an index tensor (rlft.speed.decode.last_positions),
+and every model rlft loads gets a hook that makes the head's input contiguous
+(rlft.speed.model_hooks.contiguous_head) for the paths it does not drive (transformers' `generate`). These tests
+fail if a strided input comes back."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def model(tiny_dir):
 def test_last_positions_index_the_last_columns_of_transformers_models_only(model):
     from peft import LoraConfig, get_peft_model
 
-    from rlft.decode import last_positions
+    from rlft.speed.decode import last_positions
 
     ids = torch.zeros(3, 7, dtype=torch.long)
     assert last_positions(model, ids).tolist() == [6]
@@ -52,7 +53,7 @@ def test_last_positions_index_the_last_columns_of_transformers_models_only(model
 def test_decode_prefill_hands_the_head_a_contiguous_input(model):
     from transformers import GenerationConfig
 
-    from rlft.decode import decode
+    from rlft.speed.decode import decode
 
     ids = torch.tensor([[0, 0, 10, 20, 30], [5, 6, 7, 8, 9], [0, 11, 12, 13, 14]])
     mask = ids.ne(0).long()
@@ -96,7 +97,7 @@ def test_prompt_sharing_prefill_hands_the_head_a_contiguous_input(tiny_dir):
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from rlft.prompt_sharing import per_token_logps
+    from rlft.speed.prompt_sharing import per_token_logps
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
@@ -144,7 +145,8 @@ def test_models_rlft_loads_give_the_head_a_contiguous_input_under_generate(tiny_
     import copy
     import pickle
 
-    from rlft.models import contiguous_head, load_for_inference
+    from rlft.models import load_for_inference
+    from rlft.speed.model_hooks import contiguous_head
 
     model = load_for_inference(tiny_dir)
     assert not contiguous_head(model)  # already there: load_model added it

@@ -24,7 +24,7 @@ def test_gguf_converts_once_into_a_plain_folder(tiny_gguf, rlft_cache, monkeypat
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlft import model_sources
+    from rlft import sources as model_sources
     from rlft.models import load_tokenizer, resolve_model_path
 
     path, original = tiny_gguf
@@ -66,7 +66,7 @@ def test_sft_lora_on_a_gguf_writes_a_plain_adapter(cli, tmp_path, tiny_gguf):
 
 
 def test_missing_gguf_file_and_missing_smollm2_package_are_one_line_errors(cli, tmp_path, monkeypatch):
-    from rlft import model_sources
+    from rlft import sources as model_sources
     from rlft.models import resolve_model_path
 
     data = write_jsonl(tmp_path / "x.jsonl", [{"prompt": "1+1=", "answer": "2"}])

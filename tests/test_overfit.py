@@ -6,7 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlft.overfit import Check, Objective, beats_start, fall_noise, kept_check, no_gain, overfitting, training_objective
+from rlft.watch.overfit import (
+    Check,
+    Objective,
+    beats_start,
+    fall_noise,
+    kept_check,
+    no_gain,
+    overfitting,
+    training_objective,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "overfit_kto_600.jsonl"
 # recorded: make demo's PPO stage before recipes/ppo_tiny.yaml was retuned (lr 1e-4, kl_coef 0.05, 150 steps)

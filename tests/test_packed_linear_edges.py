@@ -1,4 +1,4 @@
-"""rlft.packed_linear and the live sampler at their edges (a hostile review's cases): fused optimizers,
+"""rlft.speed.packed_linear and the live sampler at their edges (a hostile review's cases): fused optimizers,
 wrong widths, trainable biases, copies."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 
 def _need_mkl():
-    from rlft import packed_linear
+    from rlft.speed import packed_linear
 
     if not packed_linear.available():
         pytest.skip("this torch has no MKL packed gemm")
@@ -36,7 +36,7 @@ def test_fused_adamw_step_is_seen_by_the_live_sampler(policy, one_thread, optim)
     adapter without bumping the version counters the pack state keys on: the copy keeps sampling from the
     adapter it packed first."""
     _need_mkl()
-    from rlft.sampling import attach
+    from rlft.speed.sampling import attach
 
     ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
     sampler = attach(policy)
@@ -67,7 +67,7 @@ def test_a_packed_layer_rejects_an_input_of_the_wrong_width(one_thread):
     """F.linear raises on x.size(-1) != in_features; the packed path hands MKL k = x.size(-1) against a pack
     made for in_features (out-of-bounds read of the pack)."""
     _need_mkl()
-    from rlft.packed_linear import pack
+    from rlft.speed.packed_linear import pack
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 48))
@@ -81,7 +81,7 @@ def test_a_trainable_bias_keeps_its_gradient_through_a_packed_layer(one_thread):
     """Frozen weight, trainable bias (BitFit, peft bias='all'): a grad-enabled call on a packed layer takes the
     packed path (the bias is not among the checks) and the bias gets no gradient."""
     _need_mkl()
-    from rlft.packed_linear import pack
+    from rlft.speed.packed_linear import pack
 
     torch.manual_seed(0)
     layer = torch.nn.Linear(16, 8)
@@ -101,7 +101,7 @@ def test_a_packed_layer_copies(one_thread, how):
     import pickle
 
     _need_mkl()
-    from rlft.packed_linear import pack
+    from rlft.speed.packed_linear import pack
 
     model = torch.nn.Sequential(torch.nn.Linear(16, 8))
     with torch.no_grad():
@@ -112,11 +112,11 @@ def test_a_packed_layer_copies(one_thread, how):
 
 
 def test_a_direct_product_is_the_layers_and_declines_what_it_would_skip(one_thread):
-    """packed_linear.direct (rlft.decode_step's per-token products): the layer's own output, and None wherever
+    """packed_linear.direct (rlft.speed.decode_step's per-token products): the layer's own output, and None wherever
     a call of the layer would do something else (a hook, another row count, a changed weight, a forward of its
     own; with grad enabled, a weight that trains goes through the module)."""
     _need_mkl()
-    from rlft.packed_linear import direct, pack
+    from rlft.speed.packed_linear import direct, pack
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 48))

@@ -59,7 +59,7 @@ def test_ppo_with_a_verifier_logs_saves_and_reports_heldout(cli, tmp_path, sft_s
 
 
 def test_ppo_keeps_its_start_unless_a_trained_check_beats_it(cli, tmp_path, sft_short, small_heldout):
-    """PPO keeps a model the way the TRL methods do (rlft.methods.keep, rlft.overfit.kept_check): 3 steps at a
+    """PPO keeps a model the way the TRL methods do (rlft.methods.keep, rlft.watch.overfit.kept_check): 3 steps at a
     learning rate that breaks the policy cannot beat the start on the held-out rows, so the run folder holds the
     starting weights, the last model is in last/, summary.json says step 0 was kept, and the end-of-run alarm
     says no trained check beat the start."""
@@ -92,13 +92,13 @@ def torch_equal(a, b) -> bool:
 
 
 def test_interrupt_then_resume_continues_where_it_stopped(cli, tmp_path, sft_short, monkeypatch):
-    import rlft.run
+    import rlft.run.folder
 
     straight, out = tmp_path / "straight", tmp_path / "resumed"
     r = cli("ppo", *short("--model", sft_short, "-o", straight, "--max-steps", "3"))
     assert r.code == 0, r.text
 
-    class SignalledAtOnce(rlft.run.Interrupt):
+    class SignalledAtOnce(rlft.run.folder.Interrupt):
         """As if SIGTERM arrived during the first step: it finishes, saves, and stops."""
 
         @contextmanager
@@ -107,7 +107,7 @@ def test_interrupt_then_resume_continues_where_it_stopped(cli, tmp_path, sft_sho
             yield self
 
     with monkeypatch.context() as m:
-        m.setattr(rlft.run, "Interrupt", SignalledAtOnce)
+        m.setattr(rlft.run.folder, "Interrupt", SignalledAtOnce)
         r = cli("ppo", *short("--model", sft_short, "-o", out, "--max-steps", "3"))
     assert r.code == 128 + signal.SIGTERM, r.text
     summary = json.loads((out / "summary.json").read_text())

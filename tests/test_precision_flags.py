@@ -11,7 +11,7 @@ import pytest
 from test_bad_input import SFT_DATA, refused
 
 from rlft.errors import UserError
-from rlft.precision import decide
+from rlft.speed.precision import decide
 
 
 def _decide(**kw):
@@ -49,7 +49,7 @@ def test_fp16_on_the_cpu_is_refused_before_the_run_folder(cli, tmp_path, monkeyp
 def test_bf16_full_fine_tuning_on_a_cpu_without_bf16_units_is_refused(cli, tmp_path, monkeypatch):
     import torch
 
-    import rlft.precision as precision
+    import rlft.speed.precision as precision
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(precision, "cpu_bf16_flag", lambda: None)

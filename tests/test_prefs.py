@@ -1,4 +1,4 @@
-"""Preferences judged by a truth (rlft/prefs.py, rlft/run_format.py): eval reads the run's prompt format,
+"""Preferences judged by a truth (rlft/prefs.py, rlft/run/prompt_format.py): eval reads the run's prompt format,
 best-of-n picks the reward model's top reply, PPO refuses a reward model near chance against the truth (exit 3,
 nothing written), `rlft choose --data PAIRS` recommends DPO first. Tiny model, a few steps each."""
 
@@ -50,7 +50,7 @@ def test_eval_reads_the_runs_as_chat(cli, store_runs):
 
 
 def test_resolve_as_chat_reads_config_yaml(store_runs, tmp_path):
-    from rlft.run_format import resolve_as_chat
+    from rlft.run.prompt_format import resolve_as_chat
 
     assert resolve_as_chat(str(store_runs["chat"]), None)[0] is True
     assert resolve_as_chat(str(store_runs["plain"]), None)[0] is False

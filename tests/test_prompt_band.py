@@ -1,4 +1,4 @@
-"""The learnable band of GRPO/RLOO prompts (rlft/prompt_band.py, rlft/methods/prompt_sampler.py): per-prompt
+"""The learnable band of GRPO/RLOO prompts (rlft/methods/prompt_band.py, rlft/methods/prompt_sampler.py): per-prompt
 records, the sampler's shape and draws, the zero_signal alarm's band count, and one short run's metrics."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections import Counter
 from helpers import ROOT
 
 from rlft import alarms
-from rlft.prompt_band import FAILED_WEIGHT, BandSampler, PromptBand, weighted_draw
+from rlft.methods.prompt_band import FAILED_WEIGHT, BandSampler, PromptBand, weighted_draw
 
 G = 4
 

@@ -1,4 +1,4 @@
-"""rlft.prompt_sharing: each prompt computed once gives TRL's log-probabilities, entropies and gradients."""
+"""rlft.speed.prompt_sharing: each prompt computed once gives TRL's log-probabilities, entropies and gradients."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _run(fn, model):
 def _shared_equals_full(model, monkeypatch) -> list:
     """rlft's shared pass against the model's full pass on _batch: log-probs, entropies and gradients equal on
     the scored positions (asserted); returns one entry per lane pass that ran."""
-    import rlft.prompt_sharing as sharing
+    import rlft.speed.prompt_sharing as sharing
 
     used = []
     real_lane_pass = sharing._lane_pass
@@ -77,7 +77,7 @@ def _shared_equals_full(model, monkeypatch) -> list:
 def test_shared_prompt_pass_equals_the_full_pass(tiny_dir, monkeypatch, lanes):
     """Every layout: the rows' padding dropped (each prompt's completions end to end in one lane; or several
     lanes per prompt, capped at 8 positions) and the row layout."""
-    import rlft.prompt_sharing as sharing
+    import rlft.speed.prompt_sharing as sharing
 
     # this batch's lanes are 36 of the row layout's 42 positions: over the default share, allowed here
     monkeypatch.setattr(sharing, "LANE_SHARE", 0 if lanes == "rows" else 1.0)
@@ -88,7 +88,7 @@ def test_shared_prompt_pass_equals_the_full_pass(tiny_dir, monkeypatch, lanes):
 
 
 def test_nothing_shared_or_not_applicable_falls_back(tiny_dir):
-    from rlft.prompt_sharing import applies, per_token_logps
+    from rlft.speed.prompt_sharing import applies, per_token_logps
 
     model = _policy(tiny_dir)
     ids, mask, keep = _batch()
@@ -101,8 +101,8 @@ def test_nothing_shared_or_not_applicable_falls_back(tiny_dir):
 def test_lanes_only_where_their_mask_is_right_and_they_pay(tiny_dir, monkeypatch):
     """The lane layout (padding dropped) needs sdpa, full attention, tails that are ones then zeros, and
     enough padding dropped to pay for its wider attention."""
-    import rlft.prompt_sharing as sharing
-    from rlft.prompt_sharing import _inner, _lanes
+    import rlft.speed.prompt_sharing as sharing
+    from rlft.speed.prompt_sharing import _inner, _lanes
 
     model = _policy(tiny_dir)
     ids, mask, keep = _batch()
@@ -126,7 +126,7 @@ def test_lanes_only_where_their_mask_is_right_and_they_pay(tiny_dir, monkeypatch
 def test_grpo_trainer_with_prompt_sharing_matches_trls_method(tiny_dir, tmp_path, monkeypatch, share):
     """The subclass's override returns what TRL's own method returns, through the trainer's own call (the row
     layout at the default LANE_SHARE for this batch, the lanes when allowed)."""
-    import rlft.prompt_sharing as sharing
+    import rlft.speed.prompt_sharing as sharing
 
     if share is not None:
         monkeypatch.setattr(sharing, "LANE_SHARE", share)
@@ -137,7 +137,7 @@ def test_grpo_trainer_with_prompt_sharing_matches_trls_method(tiny_dir, tmp_path
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlft.prompt_sharing import with_prompt_sharing
+    from rlft.speed.prompt_sharing import with_prompt_sharing
 
     model = _policy(tiny_dir)
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=6, num_generations=3,
@@ -187,10 +187,10 @@ def _family_policy(model_type: str):
     return model.eval()  # no dropout (OPT's default is 0.1): the passes must be comparable
 
 
-@pytest.mark.parametrize("model_type", sorted(__import__("rlft.prompt_sharing").prompt_sharing.LANE_MODEL_TYPES))
+@pytest.mark.parametrize("model_type", sorted(__import__("rlft.speed.prompt_sharing").speed.prompt_sharing.LANE_MODEL_TYPES))
 def test_lanes_give_the_full_pass_in_every_family_they_take(model_type, monkeypatch):
     """Each model type the lanes are allowed for: log-probs, entropies and gradients of the full pass."""
-    import rlft.prompt_sharing as sharing
+    import rlft.speed.prompt_sharing as sharing
 
     monkeypatch.setattr(sharing, "LANE_SHARE", 1.0)  # this batch's 36 of 42 positions: lanes allowed
     assert _shared_equals_full(_family_policy(model_type), monkeypatch) == [1]
@@ -199,7 +199,7 @@ def test_lanes_give_the_full_pass_in_every_family_they_take(model_type, monkeypa
 def test_opt_takes_positions_from_the_mask_and_keeps_the_row_layout(monkeypatch):
     """OPT counts positions over the mask's ones (left padding skipped); the lanes' column positions would shift
     them, so OPT keeps the row layout, which gives the full pass."""
-    import rlft.prompt_sharing as sharing
+    import rlft.speed.prompt_sharing as sharing
 
     monkeypatch.setattr(sharing, "LANE_SHARE", 1.0)  # only the family keeps this batch in rows
     model = _family_policy("opt")

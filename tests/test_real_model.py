@@ -42,7 +42,7 @@ def smollm2():
 def sft_run(tmp_path_factory, smollm2):
     """The issue's check, first half: sft --model FILE.gguf --lora on messages rows, 2 steps."""
     from rlft.cli import main
-    from rlft.model_sources import smollm2_gguf
+    from rlft.sources import smollm2_gguf
 
     tmp = tmp_path_factory.mktemp("real-sft")
     data = write_jsonl(tmp / "chats.jsonl", CHATS)
@@ -191,9 +191,9 @@ def test_report_of_a_real_run(sft_run, cli):
 
 
 def test_smollm2_bf16_keeps_fp32_activations_and_follows_fp32(smollm2):
-    """rlft.activations.fp32_activations on SmolLM2 (30 layers): a trained-looking adapter's gradients (LoRA B ~ 1e-2)
-    on 8 demonstrations are ~13% off fp32's with bf16 activations and ~4% with fp32 activations between bf16
-    matmuls (measured: 0.126 and 0.041)."""
+    """rlft.speed.activations.fp32_activations on SmolLM2 (30 layers): a trained-looking adapter's gradients
+    (LoRA B ~ 1e-2) on 8 demonstrations are ~13% off fp32's with bf16 activations and ~4% with fp32 activations
+    between bf16 matmuls (measured: 0.126 and 0.041)."""
     import torch
     from helpers import precision_gap
 

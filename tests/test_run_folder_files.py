@@ -46,7 +46,7 @@ def test_a_lock_folder_or_a_hard_linked_lock_is_refused(cli, tmp_path):
 
 def test_acquire_lock_never_writes_through_a_symlink(tmp_path):
     from rlft.errors import UserError
-    from rlft.run_guard import acquire_lock
+    from rlft.run.guard import acquire_lock
 
     victim = tmp_path / "victim"
     victim.write_text("x")
@@ -91,7 +91,7 @@ def test_the_fingerprint_hashes_the_bytes_that_were_read(tmp_path):
     from types import SimpleNamespace
 
     from rlft.data import load_split
-    from rlft.run_guard import fingerprint
+    from rlft.run.guard import fingerprint
 
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "1+1=", "completion": "2"}\n' * 3)

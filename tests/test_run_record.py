@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rlft.run import RunRecord
+from rlft.run.folder import RunRecord
 
 
 def status(out) -> dict:

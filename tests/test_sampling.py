@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlft.precision import cpu_bf16_flag, decide
+from rlft.speed.precision import cpu_bf16_flag, decide
 
 AMX = "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
 ZEN4 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"
@@ -57,7 +57,7 @@ def _cfg(lora=True, dtype="auto", bf16=None, method="sft"):
     (dict(method="ppo"), False, "float32"),
 ])
 def test_apply_measures_only_when_the_flag_decides(monkeypatch, kw, measured, weights):
-    import rlft.precision as precision
+    import rlft.speed.precision as precision
 
     calls = []
     monkeypatch.setattr(precision, "cpu_bf16_flag", lambda: "avx512_bf16")
@@ -71,7 +71,7 @@ def test_apply_measures_only_when_the_flag_decides(monkeypatch, kw, measured, we
 
 
 def test_the_speedup_is_measured_once_per_machine(monkeypatch, tmp_path):
-    import rlft.precision as precision
+    import rlft.speed.precision as precision
 
     monkeypatch.setenv("RLFT_CACHE", str(tmp_path))
     timings = iter([0.6, 1.9])
@@ -114,12 +114,12 @@ def test_the_copy_samples_what_the_policy_would_and_follows_each_update(policy, 
     merged (rebuilt at the first decode after an optimizer step, and only then)."""
     import torch
 
-    import rlft.sampling
-    from rlft import packed_linear
-    from rlft.sampling import attach
+    import rlft.speed.sampling
+    from rlft.speed import packed_linear
+    from rlft.speed.sampling import attach
 
     if mode == "merged":
-        monkeypatch.setattr(rlft.sampling, "_can_keep_adapter_out", lambda *a: False)
+        monkeypatch.setattr(rlft.speed.sampling, "_can_keep_adapter_out", lambda *a: False)
     elif not packed_linear.available():
         pytest.skip("this torch has no MKL packed gemm")
 
@@ -168,8 +168,8 @@ def test_fp32_sampling_shares_the_base_packs_it_once_and_reads_the_adapter_live(
     and the sampled tokens follow the adapter's updates as the policy's own generate does."""
     import torch
 
-    from rlft import packed_linear
-    from rlft.sampling import attach
+    from rlft.speed import packed_linear
+    from rlft.speed.sampling import attach
 
     if not packed_linear.available():
         pytest.skip("this torch has no MKL packed gemm")
@@ -206,7 +206,7 @@ def test_a_trainable_weight_outside_the_adapter_keeps_the_merged_copy(policy, on
     step: the copy is a merged one, refreshed after each update, and samples what the policy would."""
     import torch
 
-    from rlft.sampling import attach
+    from rlft.speed.sampling import attach
 
     ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
     head = policy.get_base_model().lm_head.weight
@@ -235,7 +235,7 @@ def test_the_shared_copy_sees_in_place_changes_of_the_policys_base(policy, one_t
     in-place change of a base weight is not used after it (review: `param.data =` kept a counter of its own)."""
     import torch
 
-    from rlft.sampling import attach
+    from rlft.speed.sampling import attach
 
     ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
     sampler = attach(policy)
@@ -256,7 +256,7 @@ def test_merged_adapters_embeddings_and_b_biases_sample_what_the_policy_would(ti
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rlft.sampling import attach
+    from rlft.speed.sampling import attach
 
     ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
 
@@ -295,7 +295,7 @@ def test_a_deep_copied_or_pickled_policy_samples_its_own_weights(policy, one_thr
 
     import torch
 
-    from rlft.sampling import attach
+    from rlft.speed.sampling import attach
 
     ids = torch.tensor([[10, 20, 30, 40], [11, 21, 31, 41]])
     sampler = attach(policy)
@@ -318,7 +318,7 @@ def test_a_deep_copied_or_pickled_policy_samples_its_own_weights(policy, one_thr
 def test_no_copy_without_an_adapter(tiny_dir):
     from transformers import AutoModelForCausalLM
 
-    from rlft.sampling import attach
+    from rlft.speed.sampling import attach
 
     assert attach(AutoModelForCausalLM.from_pretrained(tiny_dir)) is None
 

@@ -18,7 +18,7 @@ MAX_LINES = 500
 METHOD_PARTS = {"ppo_setup": "ppo", "ppo_rollout": "ppo", "ppo_math": "ppo", "bootstrap_sampling": "bootstrap"}
 SHARED_METHOD_MODULES = {"rlft.methods", "rlft.methods.common", "rlft.methods.callback", "rlft.methods.keep",
                          "rlft.methods.group_rl",
-                         "rlft.methods.prompt_sampler"}
+                         "rlft.methods.prompt_sampler", "rlft.methods.prompt_band", "rlft.methods.zero_advantage"}
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -240,7 +240,14 @@ def test_shared_options_sit_in_the_run_panel_after_the_method_flags(cli):
 
 # A concept with several modules is a package; the rest of rlft/ is flat. Demos and other drivers of the CLI
 # live outside the library (scripts/), so nothing in rlft/ but `python -m rlft` imports rlft.cli.
-PACKAGES = {"commands", "methods", "verifiers", "choose", "dspy"}
+PACKAGES = {"commands", "methods", "verifiers", "choose", "speed", "run", "watch", "data", "dspy", "tools"}
+MAX_FLAT_MODULES = 24  # modules flat in rlft/ (besides __init__ and __main__); past that, a concept wants a package
+# The speed layer's seam (rlft/speed/__init__.py): only these import rlft.speed, through its entry points
+# (models: prepare_model; methods.group_rl: trainer_class and attach; methods.common: attach and precision;
+# methods.ppo: attach) and its shared sampling loop (evaluate, methods.ppo_rollout: decode).
+SPEED_CALLERS = {"rlft.models", "rlft.evaluate", "rlft.methods.common", "rlft.methods.group_rl", "rlft.methods.ppo",
+                 "rlft.methods.bootstrap", "rlft.methods.bootstrap_sampling", "rlft.dspy.engine", "rlft.dspy.reinforce",
+                 "rlft.methods.ppo_rollout"}
 
 
 def test_package_layout():
@@ -249,6 +256,9 @@ def test_package_layout():
     flat = {p.stem for p in ROOT.glob("*.py")} - {"__init__", "__main__"}
     strays = sorted(m for m in flat for pkg in packages if m == pkg or m.startswith(pkg.removesuffix("s") + "_"))
     assert not strays, f"modules named after a package belong in it: {strays}"
+    assert len(flat) <= MAX_FLAT_MODULES, f"{len(flat)} flat modules in rlft/: give a concept a package"
+    prefixes = sorted(m for m in flat for other in flat if other != m and m.startswith(other.removesuffix("s") + "_"))
+    assert not prefixes, f"modules named after another flat module (one concept: a package): {prefixes}"
     shared = {"group_rl", "callback", "common", "keep"}  # methods/ modules that are not a method of their own
     assert shared <= {p.stem for p in (ROOT / "methods").glob("*.py")}
     assert {f"rlft.methods.{m}" for m in shared} <= SHARED_METHOD_MODULES
@@ -274,3 +284,14 @@ def test_only_rlft_dspy_imports_dspy():
     g = graph()
     assert not [d for n, deps in g.items() if n.startswith("rlft.dspy") for d in deps
                 if d.startswith("rlft.commands") or d == "rlft.cli"]
+
+
+def test_only_the_speed_layers_callers_import_it():
+    """rlft.speed is one seam (its entry points, plus the shared decode loop), not calls sewn through the code."""
+    g = graph()
+    importers = {name for name, deps in g.items() for dep in deps
+                 if (dep == "rlft.speed" or dep.startswith("rlft.speed.")) and not name.startswith("rlft.speed")}
+    assert importers <= SPEED_CALLERS, f"import rlft.speed only from its callers: {sorted(importers - SPEED_CALLERS)}"
+    inside = {name for name in g if name.startswith("rlft.speed")}
+    outside = sorted({dep for name in inside for dep in g[name] if not dep.startswith("rlft.speed")})
+    assert set(outside) <= {"rlft.sources", "rlft.errors"}, f"the speed layer imports only the model cache and errors: {outside}"

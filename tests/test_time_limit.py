@@ -1,4 +1,4 @@
-"""train.max_minutes (rlft.time_limit): a run ends within its limit, checked and saved as at max_steps."""
+"""train.max_minutes (rlft.run.time_limit): a run ends within its limit, checked and saved as at max_steps."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 from helpers import DATA, ROOT, write_jsonl
 
-from rlft.time_limit import TimeLimit
+from rlft.run.time_limit import TimeLimit
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"
 HELDOUT = DATA / "arith/test.jsonl"

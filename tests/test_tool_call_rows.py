@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from rlft.data import Row, to_dataset
+from rlft.data import Row
+from rlft.data.table import to_dataset
 from rlft.tools import TOOL_CHATML_TEMPLATE
 
 

@@ -92,7 +92,7 @@ def test_rows_that_truncation_empties_are_a_clear_error(cli, tmp_path):
     r = cli("sft", "--data", DATA / "support/demos.jsonl", "-o", tmp_path / "o", "--max-steps", "2",
             "--set", "sft.max_length=64")
     assert r.code == 2
-    # 200 rows less the automatic held-out slice (40 prompts: 20% of them, rlft.heldout)
+    # 200 rows less the automatic held-out slice (40 prompts: 20% of them, rlft.watch.heldout)
     assert "all 200 training rows were dropped" in r.err and "raise sft.max_length" in r.err
 
 

@@ -17,7 +17,7 @@ def read_jsonl(path):
 
 
 def test_recorder_wraps_a_reward_function_transparently():
-    from rlft.monitor import RolloutRecorder, best_and_worst
+    from rlft.watch.monitor import RolloutRecorder, best_and_worst
 
     def math_reward(completions, answer, **_):
         return [float(c == a) for c, a in zip(completions, answer)]
@@ -40,8 +40,8 @@ def test_watcher_stops_once_and_writes_alarms(tmp_path):
     from rich.console import Console
 
     from rlft.alarms import Thresholds
-    from rlft.monitor import Watcher
-    from rlft.watch import WatchSetup
+    from rlft.watch.monitor import Watcher
+    from rlft.watch.setup import WatchSetup
 
     console = Console(file=io.StringIO(), width=200)
     w = Watcher(tmp_path, console, WatchSetup(Thresholds(zero_signal_logs=2), on_alarm="stop"))
@@ -200,7 +200,7 @@ def test_the_reward_scores_the_heldout_only_for_one_builtin_task_verifier(sectio
     from types import SimpleNamespace
 
     from rlft.alarms import Thresholds
-    from rlft.watch import Holdout, WatchSetup, mark_reward_scored_heldout
+    from rlft.watch.setup import Holdout, WatchSetup, mark_reward_scored_heldout
 
     setup = WatchSetup(Thresholds())
     setup.holdout = Holdout([], None, holdout, None, 8)

@@ -1,4 +1,4 @@
-"""rlft.zero_advantage: skipping zero-advantage rows gives TRL's update, with fewer rows through the model."""
+"""rlft.methods.zero_advantage: skipping zero-advantage rows gives TRL's update, with fewer rows through the model."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _same_update(want, got):
 def test_grpo_skips_zero_advantage_rows_and_gives_trls_update(tiny_dir, tmp_path, monkeypatch, loss_type):
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlft.zero_advantage import with_zero_advantage_skip
+    from rlft.methods.zero_advantage import with_zero_advantage_skip
 
     kw = dict(loss_type=loss_type, beta=0.0)
     want, trl_rows, _ = _run(GRPOTrainer, tiny_dir, tmp_path / "trl", monkeypatch, GRPOTrainer, GRPOConfig, **kw)
@@ -70,7 +70,7 @@ def test_a_step_with_no_signal_still_steps_the_optimizer(tiny_dir, tmp_path, mon
     (AdamW's weight decay)."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlft.zero_advantage import with_zero_advantage_skip
+    from rlft.methods.zero_advantage import with_zero_advantage_skip
 
     kw = dict(beta=0.0, weight_decay=0.5)
     want, _, _ = _run(GRPOTrainer, tiny_dir, tmp_path / "trl", monkeypatch, GRPOTrainer, GRPOConfig,
@@ -86,7 +86,7 @@ def test_a_kl_term_keeps_every_row(tiny_dir, tmp_path, monkeypatch):
     """With beta > 0 every row's KL term has a gradient: nothing is skipped."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlft.zero_advantage import with_zero_advantage_skip
+    from rlft.methods.zero_advantage import with_zero_advantage_skip
 
     _, rows, _ = _run(with_zero_advantage_skip(GRPOTrainer), tiny_dir, tmp_path / "kl", monkeypatch, GRPOTrainer,
                       GRPOConfig, beta=0.05)
@@ -98,7 +98,7 @@ def test_rloo_skips_zero_advantage_rows_and_gives_trls_update(tiny_dir, tmp_path
     from trl import RLOOConfig, RLOOTrainer
 
     from rlft.methods.rloo import with_current_old_logps
-    from rlft.zero_advantage import with_zero_advantage_skip
+    from rlft.methods.zero_advantage import with_zero_advantage_skip
 
     want, trl_rows, _ = _run(RLOOTrainer, tiny_dir, tmp_path / "trl", monkeypatch, RLOOTrainer, RLOOConfig, beta=0.0)
     cls = with_zero_advantage_skip(with_current_old_logps(RLOOTrainer))

@@ -1,4 +1,4 @@
-"""rlft.zero_advantage against TRL's own trainers over more of GRPOConfig/RLOOConfig (a hostile review's
+"""rlft.methods.zero_advantage against TRL's own trainers over more of GRPOConfig/RLOOConfig (a hostile review's
 cases; ~3 minutes, so `make test-slow`)."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ GRPO_CASES = {
 def test_grpo_config_variants_give_trls_update(tiny_dir, tmp_path, monkeypatch, case):
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlft.zero_advantage import with_zero_advantage_skip
+    from rlft.methods.zero_advantage import with_zero_advantage_skip
 
     kw = dict(beta=0.0, **GRPO_CASES[case])
     want, trl_rows, _ = _run(GRPOTrainer, tiny_dir, tmp_path / "trl", monkeypatch, GRPOTrainer, GRPOConfig, **kw)
@@ -56,7 +56,7 @@ def test_rloo_config_variants_give_trls_update(tiny_dir, tmp_path, monkeypatch, 
     from trl import RLOOConfig, RLOOTrainer
 
     from rlft.methods.rloo import with_current_old_logps
-    from rlft.zero_advantage import with_zero_advantage_skip
+    from rlft.methods.zero_advantage import with_zero_advantage_skip
 
     want, _, _ = _run(with_current_old_logps(RLOOTrainer), tiny_dir, tmp_path / "trl", monkeypatch, RLOOTrainer,
                       RLOOConfig, **kw)

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from rlft.choose.rules import KIND_TO_SIGNAL, PRIORITY, Signal
+from rlft.data.lint import lint_rows, rating_stats
+from rlft.data.rows import completion_field, pick_verifier, rating_field, row_kinds, verifier_registry
 from rlft.errors import UserError
-from rlft.lint import lint_rows, rating_stats
-from rlft.rows import completion_field, pick_verifier, rating_field, row_kinds, verifier_registry
 
 # --------------------------------------------------------------------------- reading data
 

@@ -28,7 +28,7 @@ The rules follow the domain table in the design notes (and the teaching texts be
   ratings, 2+ replies per prompt dpo       on pairs built from them (higher-rated = chosen), from 100 prompts
   no usable model yet            sft       first, then the method above (RL on a model that cannot answer has
                                            nothing to reward)
-  thumbs up/down (one answer,    kto       unpaired binary labels: KTO needs no pairs (rlft/thumbs.py for the
+  thumbs up/down (one answer,    kto       unpaired binary labels: KTO needs no pairs (rlft/data/thumbs.py for the
     a true/false label)                    class weights when one label is rare)
   verifier, --budget low         rloo      k = 4 samples and a leave-one-out baseline instead of GRPO's G = 8
                                            and group std: about half the sampling per prompt (RLOO_GROUP)
@@ -45,10 +45,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from rlft.choose.next_commands import RECIPES_REAL, RECIPES_TINY, build_commands, recipe_for  # noqa: F401
-from rlft.choose.pricing import PASS_RATE_HIGH, rule_bootstrap
+from rlft.choose.pricing import MEASURED_PAIRS, PASS_RATE_HIGH, rule_bootstrap
+from rlft.data.lint import Finding
+from rlft.data.rows import verifier_registry
 from rlft.errors import UserError
-from rlft.lint import Finding
-from rlft.rows import verifier_registry
 
 SIGNALS = ("demonstrations", "pairs", "verifier", "ratings", "taste", "thumbs", "teacher", "environment")
 BUDGETS = ("low", "medium", "high")
@@ -60,13 +60,6 @@ KIND_TO_SIGNAL = {"demonstrations": "demonstrations", "pairs": "pairs", "verifia
 # human labels, pairs carry a preference, ratings a noisier one; demonstrations go first as SFT anyway.
 PRIORITY = ("verifier", "pairs", "thumbs", "ratings", "demonstrations")
 # --- thresholds, with their arithmetic
-# What rlft measured with pairs (docs/preferences.md; recipes/dpo_tiny.yaml and ppo_tiny.yaml headers): the numbers
-# `rlft choose` gives for pairs. Update them with the table of `make demo-prefs` when it is measured.
-MEASURED_PAIRS = ("measured here (docs/preferences.md): on the tiny model's arithmetic pairs DPO from SFT raised held-out "
-                  "pass@1 0.445 -> 0.795 in 19 s, while PPO against reward models of 0.68-0.765 pair accuracy never "
-                  "rose above its 0.535 start (0.21 by step 50: it gamed the reward model); try DPO first, and "
-                  "best-of-n with a reward model (rlft eval --best-of 8 --reward-model RM) before PPO; on a support "
-                  "store `make demo-prefs` compares all three by a held-out truth")
 PAIRS_USUAL = (1000, 5000)   # "about 1,000 to 5,000 pairs is a usual size" for DPO (the seeds' table)
 MIN_DEMOS = 100              # below ~100 demonstrations SFT mostly memorises them: a floor, not a target
 MIN_PROMPTS = 100            # GRPO revisits each prompt every epoch; under ~100 it overfits them quickly

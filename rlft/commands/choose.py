@@ -194,7 +194,7 @@ def _ask() -> dict:
     answers["has_sft_model"] = typer.confirm("Does your model already give usable answers (SFT'd or instruct)?",
                                              default=True)
     if kind == "verifier":
-        from rlft.rows import verifier_registry
+        from rlft.data.rows import verifier_registry
 
         names = list(verifier_registry())
         if names:

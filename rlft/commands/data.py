@@ -1,5 +1,5 @@
 """`rlft data ...`: inspect training data before a run. `rlft data lint FILE` reports, for the kind of rows
-the file holds, what would make a run learn nothing or the wrong thing (rlft/lint.py), as a table or JSON;
+the file holds, what would make a run learn nothing or the wrong thing (rlft/data/lint.py), as a table or JSON;
 exit 1 when any finding is an error, so it can gate a script or CI.
 """
 
@@ -46,9 +46,9 @@ def lint(
     gold values, constant ratings, non-boolean or one-sided thumbs labels. Exit 1 when any finding is an error."""
     from rlft.choose.from_data import get_verifier
     from rlft.data import read_rows
+    from rlft.data.lint import has_errors, lint_rows
+    from rlft.data.rows import detect_kind, pick_verifier
     from rlft.errors import UserError
-    from rlft.lint import has_errors, lint_rows
-    from rlft.rows import detect_kind, pick_verifier
 
     reports = []
     for path in files:

@@ -1,7 +1,7 @@
 """`rlft eval`: greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples); with
 --env / --tools, greedy episodes with the tools (rlft.episodes.score_episodes) and their task success; with
 --best-of N --reward-model RM, best-of-n: the reward model's top sampled reply scored by the verifier
-(rlft/prefs.py). A run folder's prompts are rendered as the run trained (its data.as_chat, rlft/run_format.py)."""
+(rlft/prefs.py). A run folder's prompts are rendered as the run trained (its data.as_chat, rlft/run/prompt_format.py)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def eval_(
                         "picked reply)", "e.g. rlft eval -m runs/sft -d test.jsonl -v support_policy --best-of 4 "
                         "--best-of 8 --reward-model runs/rm")
     rows = read_rows(data, max_rows=limit)
-    from rlft.run_format import resolve_as_chat
+    from rlft.run.prompt_format import resolve_as_chat
 
     as_chat, format_note = resolve_as_chat(model, as_chat)
     if format_note:

@@ -16,8 +16,8 @@ def init_model(
     overwrite: Overwrite = False,
 ) -> None:
     """Build the tiny character-level Llama (~0.5M parameters) locally and save it with its tokenizer."""
-    from rlft.bounded import kind_of
-    from rlft.outputs import check_model_folder, check_output, staged
+    from rlft.data.bounded import kind_of
+    from rlft.run.outputs import check_model_folder, check_output, staged
 
     check_model_folder(out, "--out", overwrite, kind_of(out) or "a file")
     check_output(out, {}, "--out")

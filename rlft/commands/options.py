@@ -132,10 +132,10 @@ def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, r
                    overwrite: bool = False, check: bool = True):
     """The validated config; then, unless --print-config (or `check` is off: a dry run that only plans),
     every check that needs no data and no weights before anything is written: the run folder against the
-    inputs and --resume (rlft.run.check_run_folder), then models and verifier plugins (rlft.checks)."""
+    inputs and --resume (rlft.run.folder.check_run_folder), then models and verifier plugins (rlft.checks)."""
     from rlft.checks import check_inputs, expand_user_paths
     from rlft.config import resolve
-    from rlft.run import check_run_folder
+    from rlft.run.folder import check_run_folder
 
     cfg = resolve(method, recipe, flags, sets)
     expand_user_paths(cfg)
@@ -151,23 +151,14 @@ def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, r
 
 
 def run_method(cfg, overwrite: bool = False, resume: bool = False):
-    """Run the config's method: rlft's own loop for PPO, rlft.methods.common.train for the TRL-backed ones."""
-    from rlft.methods import distill, dpo, grpo, kto, ppo, reward, rloo, sft
-    from rlft.methods.common import train
+    """Run the config's method (rlft.methods.run: the one method table)."""
+    from rlft import methods
 
-    if cfg.method == "ppo":
-        return ppo.run(cfg, overwrite=overwrite, resume=resume, console=err_console)
-    if cfg.method == "bootstrap":  # rounds of sample -> keep -> SFTTrainer: rlft's own loop
-        from rlft.methods import bootstrap
-
-        return bootstrap.run(cfg, overwrite=overwrite, resume=resume, console=err_console)
-    module = {"sft": sft, "dpo": dpo, "kto": kto, "reward": reward, "grpo": grpo, "rloo": rloo,
-              "distill": distill}[cfg.method]
-    return train(cfg, module, overwrite=overwrite, resume=resume, console=err_console)
+    return methods.run(cfg, overwrite=overwrite, resume=resume, console=err_console)
 
 
 def finish(result) -> None:
-    from rlft.run import is_main_process
+    from rlft.run.folder import is_main_process
 
     if result.status == "completed" and is_main_process():
         shown = {k: round(v, 4) for k, v in result.metrics.items() if isinstance(v, float)}

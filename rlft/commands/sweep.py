@@ -11,22 +11,12 @@ import typer
 from rlft.commands import options as o
 from rlft.errors import UserError
 
-METHODS = ("sft", "dpo", "kto", "reward", "grpo", "rloo", "distill", "ppo")
-
 
 def run_trial(cfg, console, on_check):
-    """One trial's run (rlft.methods.common.train, or rlft's PPO), its held-out checks reported through
-    `on_check`."""
-    if cfg.method == "ppo":
-        from rlft.methods import ppo
+    """One trial's run (rlft.methods.run), its held-out checks reported through `on_check`."""
+    from rlft import methods
 
-        return ppo.run(cfg, overwrite=True, console=console, on_check=on_check)
-    from rlft.methods import distill, dpo, grpo, kto, reward, rloo, sft
-    from rlft.methods.common import train
-
-    module = {"sft": sft, "dpo": dpo, "kto": kto, "reward": reward, "grpo": grpo, "rloo": rloo,
-              "distill": distill}[cfg.method]
-    return train(cfg, module, overwrite=True, console=console, on_check=on_check)
+    return methods.run(cfg, overwrite=True, console=console, on_check=on_check)
 
 
 def _kind(method: str) -> str:
@@ -53,9 +43,10 @@ def sweep(
     """Short trials over a grid or range, judged on the held-out metric, bad ones pruned; the best as a recipe."""
     from rlft import sweep as sw
     from rlft.config import resolve
+    from rlft.methods import MODULES
 
-    if method not in METHODS:
-        raise UserError(f"rlft sweep {method}: not a method it sweeps", f"use one of {', '.join(METHODS)}")
+    if method not in MODULES:
+        raise UserError(f"rlft sweep {method}: not a method it sweeps", f"use one of {', '.join(MODULES)}")
     space = sw.parse_space(list(grid or []), list(range_ or []))
     out = Path(output_dir or f"runs/sweep-{method}").expanduser()
     flags = {"model.name_or_path": (model, "--model"), "data.train": (list(data) if data else None, "--data"),

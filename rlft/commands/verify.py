@@ -106,13 +106,13 @@ def verify(
 def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | None, pairs: Path | None,
                   samples: int, limit: int, max_new_tokens: int, json_out: bool) -> None:
     """A reward model against the truth `spec` on --model's sampled replies (and its pair accuracy on --pairs).
-    The prompts are wrapped as chat when the policy's run trained that way (rlft.run_format)."""
+    The prompts are wrapped as chat when the policy's run trained that way (rlft.run.prompt_format)."""
     if not (reward_model and model):
         raise UserError("checking a reward model needs --reward-model RM and --model POLICY",
                         "e.g. rlft verify support_policy -d test.jsonl --reward-model runs/rm --model runs/sft")
     from rlft.prefs import policy_agreement, truth_rows
     from rlft.reward_scoring import RewardModelReward
-    from rlft.run_format import resolve_as_chat
+    from rlft.run.prompt_format import resolve_as_chat
 
     as_chat, _ = resolve_as_chat(model, None)
     rows = truth_rows(str(data), spec, limit, as_chat)
@@ -142,13 +142,13 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
     if path.is_dir():
         raise UserError(f"data file '{path}' is a folder", "pass the .jsonl file inside it")
     if not path.is_file():
-        from rlft.bounded import kind_of
+        from rlft.data.bounded import kind_of
 
         raise UserError(f"data file '{path}' {f'is {kind_of(path)}, not a file' if kind_of(path) else 'not found'}",
                         "check the path")
     if path.suffix.lower() != ".jsonl":
         raise UserError(f"{path}: `rlft verify` reads .jsonl files only", "convert the file to JSON lines")
-    from rlft.bounded import check_text_file, json_depth_problem
+    from rlft.data.bounded import check_text_file, json_depth_problem
 
     check_text_file(path, str(path))  # a sparse or binary file, before reading it
     rows, problems = [], []

@@ -4,7 +4,7 @@ DSPy 3.4.1's `dspy.LM(model, engine=obj)` calls `obj.complete(request)` once per
 cache, retries, history, callbacks and its `n` fan-out: n candidates are n calls). This engine:
 - serves the model named by `request.model` (a name `--model` takes: `smollm2`, `tiny`, a folder, a hub id,
   a .gguf, a run folder), loaded once (rlft.models.load_for_inference: an adapter folder merged into its base,
-  in the dtype rlft.precision picks), or the live policy a ReinforceJob registered under that name
+  in the dtype rlft.speed.precision picks), or the live policy a ReinforceJob registered under that name
   (`serve(name, model)`), so DSPy's next samples come from the weights just updated;
 - renders the request with the tokenizer's chat template (system + messages, generation prompt), generates
   with the request's temperature (None or 0: greedy), top_p and max_tokens, stops at the end of turn (eos and
@@ -22,7 +22,7 @@ cache, retries, history, callbacks and its `n` fan-out: n candidates are n calls
   another format (JSONAdapter's retry, plain chats) are served as they are. `dspy_format=False` switches it off;
 - batches: requests that arrive together (DSPy's Evaluate / bootstrap threads) wait up to `window` seconds for
   each other and go through one `generate` per distinct (temperature, top_p), padded on the left. On the CPU a
-  LoRA policy's `generate` is rlft.sampling's plain copy decoded by rlft.decode (the path `rlft grpo` samples
+  LoRA policy's `generate` is rlft.speed.sampling's plain copy decoded by rlft.speed.decode (the path `rlft grpo` samples
   with); on a GPU it is transformers' own.
 No HTTP server, no litellm call, no copy of the weights to another process.
 """

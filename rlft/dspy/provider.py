@@ -34,7 +34,7 @@ class RlftTrainingJob(TrainingJob):
     """DSPy's future for one finetune, with the rlft run's interrupt and folder."""
 
     def __init__(self, *args: Any, **kwargs: Any):
-        from rlft.run import Interrupt
+        from rlft.run.folder import Interrupt
 
         super().__init__(*args, **kwargs)
         self.interrupt = Interrupt()
@@ -85,7 +85,7 @@ def finetune(job, model: str, train_data: list[dict[str, Any]], train_data_forma
     from rlft.dspy.config import resolve
     from rlft.methods import sft
     from rlft.methods.common import train
-    from rlft.run import check_run_folder
+    from rlft.run.folder import check_run_folder
 
     fmt = getattr(train_data_format, "value", train_data_format)
     if fmt not in (None, "chat"):

@@ -6,7 +6,7 @@ metric and hands the backend text-only groups: `step(train_data=[{"batch_id": i,
 group per id that `get_status()["pending_batch_ids"]` lists and waits, with no timeout, until some id is
 listed. This job:
 - `initialize`: resolves an rlft `grpo` config from the LM's and GRPO's train_kwargs (rlft.dspy.config), loads
-  the policy (LoRA by default, rlft.precision's dtype), attaches rlft.sampling's copy on the CPU, opens a
+  the policy (LoRA by default, rlft.speed.precision's dtype), attaches rlft.speed.sampling's copy on the CPU, opens a
   normal run folder (config.yaml, versions.json, summary.json, metrics.jsonl) and has the engine serve the
   policy under the LM's model name, sampled at grpo.temperature while the job is open;
 - `step`: renders each member with the chat template (prompt = messages + generation prompt, completion =
@@ -18,7 +18,7 @@ listed. This job:
   the batch; tests/test_dspy.py checks the two equal on the same groups. Rows with advantage 0 contribute
   nothing and are not run through the model (their tokens still count in the normalizer, as in TRL);
 - watches like `rlft grpo`: reward, reward_std, frac_reward_zero_std (DSPy's "no diversity"), loss, grad norm,
-  completion length into metrics.jsonl through rlft.monitor.Watcher, so zero_signal and the other alarms fire;
+  completion length into metrics.jsonl through rlft.watch.monitor.Watcher, so zero_signal and the other alarms fire;
   with a valset (the calling GRPO's, or train_kwargs `valset` + `metric`) a greedy dspy.Evaluate every
   `watch.holdout_every` steps (default 5) logs heldout/pass_at_1, so reward_hacking fires when the reward
   rises while it falls, and the best check's adapter is what `terminate` keeps (watch.keep_best);
@@ -112,14 +112,14 @@ class RlftReinforceJob(ReinforceJob):
 
     # --- lifecycle ---------------------------------------------------------------------------------------
     def initialize(self):
-        from rlft import precision
         from rlft.dspy.config import resolve, shared_engine
         from rlft.methods.common import load_run_tokenizer
         from rlft.models import load_model
-        from rlft.monitor import Watcher
         from rlft.quiet import quiet_libraries
-        from rlft.run import RunRecord, check_run_folder, prepare_output_dir, versions, write_json
-        from rlft.watch import prepare_watch
+        from rlft.run.folder import RunRecord, check_run_folder, prepare_output_dir, versions, write_json
+        from rlft.speed import precision
+        from rlft.watch.monitor import Watcher
+        from rlft.watch.setup import prepare_watch
 
         quiet_libraries()
         kwargs = {**(self.lm.train_kwargs or {}), **(self.train_kwargs or {})}
@@ -153,7 +153,7 @@ class RlftReinforceJob(ReinforceJob):
         eot = end_of_turn_token(self.tok)
         self.eot_ids = self.tok(eot, add_special_tokens=False)["input_ids"] if eot else [self.tok.eos_token_id]
         if self.model.device.type == "cpu" and getattr(self.model, "peft_config", None):
-            from rlft.sampling import attach
+            from rlft.speed import attach
 
             attach(self.model, console)
         import torch

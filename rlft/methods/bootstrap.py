@@ -13,7 +13,7 @@ What it is. Each round, for each prompt of the round:
      adapter (on the merged parent when it starts from an earlier LoRA stage: rlft.models.load_model).
 The next round samples from the fine-tuned model. After every round the held-out check (watch.holdout, the eval
 rows, or a seeded slice of the prompts: rlft.watch.auto_holdout) scores the model greedily; the run folder keeps
-the round chosen by rlft.overfit.kept_check (the start unless a round beats it by more than its noise; of the
+the round chosen by rlft.watch.overfit.kept_check (the start unless a round beats it by more than its noise; of the
 rounds that do, the last when within noise of the best, else the best), the last round beside it in last/.
 
 Before anything is written, the pre-flight samples the first `preflight_prompts` prompts exactly as round 1 will
@@ -99,7 +99,7 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> Prepared
     from rlft.chat_templates import stop_token_ids
     from rlft.models import load_for_inference, load_model, load_tokenizer
     from rlft.preflight import PreflightRefused
-    from rlft.sampling import attach
+    from rlft.speed import attach
     from rlft.verifiers.loading import build_reward, validate_gold
 
     sec = cfg.values[SECTION]
@@ -114,7 +114,7 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> Prepared
     tok = load_run_tokenizer(cfg)
     model = load_model(cfg.model)
     model.generation_config.eos_token_id = stop_token_ids(tok, model)
-    attach(model, console)  # a LoRA policy on the CPU samples from its plain copy (rlft.sampling)
+    attach(model, console)  # a LoRA policy on the CPU samples from its plain copy (rlft.speed.sampling)
     teacher = teacher_tok = None
     if sec.get("teacher"):
         teacher, teacher_tok = load_for_inference(sec["teacher"]), load_tokenizer(sec["teacher"])
@@ -147,7 +147,7 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> Prepared
 
 def run(cfg: RunConfig, overwrite: bool = False, resume: bool = False, console: Console | None = None) -> RunResult:
     """Rounds of sample -> keep -> fine-tune (see the module docstring); the run folder as every method's."""
-    from rlft.run import Interrupt
+    from rlft.run.folder import Interrupt
 
     if resume:
         raise UserError("bootstrap has no --resume: a round is minutes of sampling and one short SFT",
@@ -163,8 +163,8 @@ def _rounds(cfg: RunConfig, run_, prepared: Prepared, interrupt) -> RunResult:
     import torch
 
     from rlft.alarms import Alarm
-    from rlft.overfit import Check, summary
-    from rlft.run import write_json
+    from rlft.run.folder import write_json
+    from rlft.watch.overfit import Check, summary
 
     sec = cfg.values[SECTION]
     out, console, watch = run_.out, run_.console, run_.watch
@@ -202,7 +202,7 @@ def _rounds(cfg: RunConfig, run_, prepared: Prepared, interrupt) -> RunResult:
     def check(step: int) -> Check | None:
         if watch.holdout is None:
             return None
-        from rlft.heldout import measure
+        from rlft.watch.heldout import measure
 
         h = watch.holdout
         m = measure(h.kind, model, tok, h.rows, scorer=h.scorer,
@@ -300,7 +300,7 @@ def _rounds(cfg: RunConfig, run_, prepared: Prepared, interrupt) -> RunResult:
         rounds_done = k
         c = check(k)
         if c is not None and watch.keep_best:
-            from rlft.overfit import best_check
+            from rlft.watch.overfit import best_check
 
             if best_check(checks) is c:
                 save(out / "best")
@@ -348,11 +348,11 @@ def _rounds(cfg: RunConfig, run_, prepared: Prepared, interrupt) -> RunResult:
 
 
 def _keep(out: Path, checks, best_step, last_step: int, save, console, enabled: bool) -> dict[str, Any]:
-    """The kept round's model into the run folder (rlft.overfit.kept_check), the last one in last/ when they
+    """The kept round's model into the run folder (rlft.watch.overfit.kept_check), the last one in last/ when they
     differ; start/ and best/ removed."""
     import shutil
 
-    from rlft.overfit import kept_check
+    from rlft.watch.overfit import kept_check
 
     info: dict[str, Any] = {}
     kept, why = kept_check(checks) if checks else (None, "no held-out check ran")
@@ -384,7 +384,8 @@ def _fine_tune(cfg: RunConfig, folder: Path, model, tok, kept_rows: list[dict]) 
 
     from trl import SFTConfig, SFTTrainer
 
-    from rlft.data import Row, to_dataset
+    from rlft.data import Row
+    from rlft.data.table import to_dataset
     from rlft.methods.common import clamp_max_length
 
     sec = cfg.values[SECTION]

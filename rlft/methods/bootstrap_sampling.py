@@ -108,7 +108,7 @@ def sample_rows(net, tok, rows: list[dict], reward_fn, *, samples: int, temperat
                 batch: int, deadline: float | None = None) -> tuple[list[Sampled], int, float]:
     """N sampled completions per row, scored: (per-row results, new tokens sampled, seconds). Decoding goes through
     rlft's batched path (rlft.evaluate.generate_detailed: each prompt prefilled once for its N rows, the LoRA
-    policy's plain sampling copy, rlft.sampling). With a `deadline` (time.time()), stops between batches."""
+    policy's plain sampling copy, rlft.speed.sampling). With a `deadline` (time.time()), stops between batches."""
     from rlft.evaluate import generate_detailed
 
     per_call = max(1, batch // samples)

@@ -1,12 +1,13 @@
 """`RunCallback`: the transformers TrainerCallback that watches every TRL-backed run.
 
-It feeds the trainer's logs to rlft.monitor.Watcher (metrics.jsonl, alarms, samples), drives the progress line,
-runs the held-out check (rlft.watch, rlft.heldout) at the start, every holdout_every steps (default: a tenth of the
-run) and at the last step, saves the start and the best check's model so far (rlft.methods.keep), asks
-the trainer to save a checkpoint and stop when an alarm fires under `watch.on_alarm: stop`, ends training
-within train.max_minutes (rlft.time_limit: a closing held-out check at the step it stops), and turns a
-SIGINT/SIGTERM caught by `rlft.run.Interrupt` into "save a checkpoint, then stop". Only method modules import
-this one, and they are imported inside the commands, so transformers is not loaded before a run starts.
+It feeds the trainer's logs to rlft.watch.monitor.Watcher (metrics.jsonl, alarms, samples), drives the progress
+line, runs the held-out check (rlft.watch.setup, rlft.watch.heldout) at the start, every holdout_every steps
+(default: a tenth of the run) and at the last step, saves the start and the best check's model so far
+(rlft.methods.keep), asks the trainer to save a checkpoint and stop when an alarm fires under
+`watch.on_alarm: stop`, ends training within train.max_minutes (rlft.run.time_limit: a closing held-out check at
+the step it stops), and turns a SIGINT/SIGTERM caught by `rlft.run.folder.Interrupt` into "save a checkpoint,
+then stop". Only method modules import this one, and they are imported inside the commands, so transformers is
+not loaded before a run starts.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ from transformers import TrainerCallback
 
 from rlft.alarms import Alarm
 from rlft.methods.keep import KeptModels
-from rlft.monitor import ProgressLine, RolloutRecorder, Watcher, alarm_state, clean_logs, progress_bar
-from rlft.run import Interrupt, any_process
-from rlft.time_limit import TimeLimit
-from rlft.watch import WatchSetup
+from rlft.run.folder import Interrupt, any_process
+from rlft.run.time_limit import TimeLimit
+from rlft.watch.monitor import ProgressLine, RolloutRecorder, Watcher, alarm_state, clean_logs, progress_bar
+from rlft.watch.setup import WatchSetup
 
 
 class RunCallback(TrainerCallback):
-    """One run's callback; `watch` comes from rlft.watch.prepare_watch (default: alarms that warn, no held-out)."""
+    """One run's callback; `watch` comes from rlft.watch.setup.prepare_watch (default: alarms that warn, no
+    held-out)."""
 
     def __init__(self, out: Path, interrupt: Interrupt, console: Console, label: str,
                  watch: WatchSetup | None = None, max_minutes: float | None = None) -> None:

@@ -30,8 +30,7 @@ from rich.console import Console
 
 from rlft.config import RunConfig, trl_kwargs
 from rlft.errors import UserError
-from rlft.outputs import write_problem, write_text
-from rlft.run import (
+from rlft.run.folder import (
     Interrupt,
     RunRecord,
     is_main_process,
@@ -42,10 +41,8 @@ from rlft.run import (
     wait_for_everyone,
     write_json,
 )
-from rlft.run_guard import FINGERPRINT, acquire_lock, read_run_file, release_lock, write_fingerprint
-
-# The TRL methods that sample from the policy while training (rlft.sampling speeds that up under LoRA).
-SAMPLING_METHODS = ("grpo", "rloo", "distill")
+from rlft.run.guard import FINGERPRINT, acquire_lock, read_run_file, release_lock, write_fingerprint
+from rlft.run.outputs import write_problem, write_text
 
 
 @dataclass
@@ -77,7 +74,7 @@ def hardware_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["gradient_checkpointing"] = cuda
     # Under torchrun on a machine without CUDA, transformers only sets up DDP (gloo) with use_cpu; without it
     # every process trains alone on the whole data set.
-    # TRL's bf16 autocast on a CPU (full fine-tuning with train.bf16=true on a CPU with bf16 units: rlft.precision)
+    # TRL's bf16 autocast on a CPU (full fine-tuning with train.bf16=true on a CPU with bf16 units: rlft.speed.precision)
     # is refused by transformers unless use_cpu says the CPU is meant.
     if not cuda and (int(os.environ.get("WORLD_SIZE") or 1) > 1 or kwargs.get("bf16")):
         kwargs["use_cpu"] = True
@@ -105,7 +102,7 @@ def tracker_names(report_to: Any) -> list[str]:
     for name in names:
         package = TRACKER_PACKAGES.get(name)
         if package is None and name != "all":
-            from rlft.config_checks import did_you_mean
+            from rlft.cross_checks import did_you_mean
 
             raise UserError(f"train.report_to={name} is not a tracker transformers knows"
                             f"{did_you_mean(name, TRACKER_PACKAGES)}",
@@ -175,7 +172,7 @@ class Run:
     cfg: RunConfig
     out: Path
     record: RunRecord
-    watch: Any  # rlft.watch.WatchSetup
+    watch: Any  # rlft.watch.setup.WatchSetup
     console: Console
     main: bool
     checkpoint: Path | None = None  # the checkpoint a --resume continues from
@@ -187,8 +184,8 @@ class Run:
 
         interrupted: a checkpoint was saved at `step` (exit 128 + signum); stopped: an alarm under
         watch.on_alarm=stop ended the run after saving a checkpoint (exit 4); completed: `final` metrics."""
-        from rlft.monitor import STOPPED_EXIT_CODE
         from rlft.report import report_and_print
+        from rlft.watch.monitor import STOPPED_EXIT_CODE
 
         out, console = self.out, self.console
         if status == "interrupted":
@@ -217,18 +214,18 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
     docstring. Nothing is written before `prepare` returns (a refused pre-flight leaves nothing behind); from
     the RunRecord on, any ending is recorded in summary.json (the caller wraps training in
     `run.record.closing_on_error()`). With `held_out` (the TRL methods), a run without watch.holdout gets its
-    held-out check (rlft.watch.auto_holdout: the eval rows, else a seeded slice of the training rows); every
-    run says when its planned passes over the data are too many (rlft.budget)."""
+    held-out check (rlft.watch.setup.auto_holdout: the eval rows, else a seeded slice of the training rows); every
+    run says when its planned passes over the data are too many (rlft.run.budget)."""
     from rlft.data import load_split
     from rlft.quiet import quiet_libraries
-    from rlft.watch import mark_reward_scored_heldout, prepare_watch
+    from rlft.watch.setup import mark_reward_scored_heldout, prepare_watch
 
     quiet_libraries()
     # Under torchrun / accelerate launch every process runs this; only the main one checks, creates and writes
     # the run folder (a secondary process would otherwise find it "not empty") and prints.
     main = is_main_process()
     console = process_console(console)
-    from rlft import precision
+    from rlft.speed import precision
 
     precision.apply(cfg, console)  # model.dtype / train.bf16 from the hardware, before any model loads
     read_hashes: dict[str, str] = {}  # sha256 of the bytes read: fingerprint.json records what was trained on
@@ -240,7 +237,7 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
     if not resume and main:  # refuse a busy output_dir before any slow work
         prepare_output_dir(cfg.train.output_dir, overwrite=overwrite, check_only=True)
     if held_out:
-        from rlft.watch import auto_holdout
+        from rlft.watch.setup import auto_holdout
 
         train_rows = auto_holdout(cfg, kind, train_rows, eval_rows, watch, console)
     if mark_reward_scored_heldout(cfg, watch) and main:
@@ -248,7 +245,7 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
                       "fires only on a held-out fall (gaming the verifier would lift the held-out score too)",
                       highlight=False)
     note_plain_prompts(cfg, train_rows, console)
-    from rlft.budget import warning
+    from rlft.run.budget import warning
 
     if main and (line := warning(cfg, len(train_rows))):
         console.print(f"[yellow]warning[/]: {line}", highlight=False, soft_wrap=True)
@@ -270,7 +267,7 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
     ckpt = last_checkpoint(out) if resume else None
     prior = read_run_file(out, "summary.json", "json", {}) if resume else {}
     if main:
-        acquire_lock(out)  # held until the run ends (rlft.run_guard): no --overwrite/--resume of a live run
+        acquire_lock(out)  # held until the run ends (rlft.run.guard): no --overwrite/--resume of a live run
         try:
             if not resume or not (out / FINGERPRINT).exists():
                 write_fingerprint(cfg, out, read_hashes)
@@ -323,21 +320,10 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             # loads, before the trainer seeds itself: from train.seed, so a seeded run repeats.
             set_seed(cfg.train.seed)
             trainer = method.build(cfg, out, prepared)
-            if cfg.method in SAMPLING_METHODS:  # LoRA on the CPU: sample from a plain copy (rlft.sampling)
-                from rlft.sampling import attach
-                from rlft.trl_cpu import (
-                    keep_freed_memory,
-                    lean_cpu_tiles,
-                    narrow_cpu_tiles,
-                    score_labelled_positions_only,
-                )
+            if getattr(method, "SAMPLES_WHILE_TRAINING", False):  # fast sampling and TRL's CPU patches
+                from rlft import speed
 
-                attach(trainer.model, console)
-                score_labelled_positions_only()
-                if trainer.model.device.type == "cpu":
-                    narrow_cpu_tiles()
-                    lean_cpu_tiles()
-                    keep_freed_memory()
+                speed.attach(trainer.model, console, trl_patches=True)
             callback = RunCallback(out, interrupt, console, f"{cfg.method}", watch=run.watch,
                                    max_minutes=cfg.train.get("max_minutes"))
             callback.attach(trainer)

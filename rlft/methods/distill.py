@@ -26,6 +26,7 @@ from rlft.errors import UserError
 from rlft.methods.common import Prepared, build_trl_config, load_run_tokenizer
 
 KIND = "prompts"
+SAMPLES_WHILE_TRAINING = True  # the policy samples as it trains: rlft.speed.attach in methods.common.train
 
 
 def vocab_mismatch(student_tok, teacher_tok) -> str | None:
@@ -72,7 +73,7 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> Prepared
 def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import DistillationConfig, DistillationTrainer
 
-    from rlft.data import to_dataset
+    from rlft.data.table import to_dataset
     from rlft.models import load_model
 
     model = load_model(cfg.model)

@@ -27,7 +27,7 @@ def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import DPOConfig, DPOTrainer
 
     from rlft import models
-    from rlft.data import to_dataset
+    from rlft.data.table import to_dataset
 
     model = models.load_model(cfg.model)
     ref = None if cfg.model.lora.enabled else models.load_model(cfg.model, trainable=False, with_lora=False)

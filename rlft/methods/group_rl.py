@@ -86,9 +86,9 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
     from rlft.chat_templates import stop_token_ids
 
     model.generation_config.eos_token_id = stop_token_ids(tok, model)
-    from rlft.sampling import attach
+    from rlft import speed
 
-    attach(model, console)  # the pre-flight samples the way training will (LoRA on the CPU: a plain copy)
+    speed.attach(model, console)  # the pre-flight samples the way training will (LoRA on the CPU: a plain copy)
     result = None
     if sec["preflight"] or sec["filter_prompts"]:  # with tools, whole episodes (rlft.preflight._EpisodeSampler)
         import torch
@@ -118,27 +118,42 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
     return Prepared(train_rows, eval_rows, tok=tok, model=model, reward_fn=reward_fn, preflight=result, tools=tools)
 
 
+def trainer_class(trainer_cls, sec, outer=None):
+    """The trainer class GRPO and RLOO train with: TRL's class under rlft's subclasses. Its MRO, first to last
+    (each subclass calls `super()` where it does not apply):
+      ZeroAdvantageSkip   `_compute_loss`: rows whose advantage is zero skip the loss (rlft.methods.zero_advantage;
+                          only with skip_zero_advantage; outermost, so they never reach the hooks below)
+      outer               a method's own subclass (RLOO's CurrentOldLogps: `_generate_and_score_completions`,
+                          `_get_per_token_logps_and_entropies`, `_compute_loss`; rlft.methods.rloo)
+      SharedPrompt        `_get_per_token_logps_and_entropies`: each prompt's forward once for its G rows
+                          (rlft.speed.trainer_class; TRL's own path where it does not apply)
+      Band                `_get_train_sampler`, `_calculate_rewards`, `log`: the prompt sampler and the
+                          per-prompt pass records (rlft.methods.prompt_sampler)
+      GRPOTrainer / RLOOTrainer (TRL)"""
+    from rlft import speed
+    from rlft.methods.zero_advantage import with_zero_advantage_skip
+
+    trainer_cls = speed.trainer_class(with_band(trainer_cls, sec["prompt_sampler"]))
+    if outer is not None:
+        trainer_cls = outer(trainer_cls)
+    if sec["skip_zero_advantage"]:
+        trainer_cls = with_zero_advantage_skip(trainer_cls)
+    return trainer_cls
+
+
 def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_cls, outer=None):
     """The TRL trainer (GRPOTrainer or RLOOTrainer, with the per-prompt pass records and the section's
     prompt_sampler: rlft.methods.prompt_sampler) on the prepared model and reward; preflight.json written.
     `outer`: a method's own subclass, wrapped around rlft's (its overrides run first)."""
-    from rlft.data import to_dataset
-    from rlft.prompt_sharing import with_prompt_sharing
-    from rlft.run import is_main_process, write_json
-    from rlft.zero_advantage import with_zero_advantage_skip
+    from rlft.data.table import to_dataset
+    from rlft.run.folder import is_main_process, write_json
 
     if prepared.preflight is not None and is_main_process():
         write_json(out / "preflight.json", prepared.preflight.as_dict())
     tools = prepared.tools
     extra = {"max_tool_calling_iterations": tools.max_tool_calls} if tools is not None else {}
     args = build_trl_config(cfg, config_cls, out, False, **extra)
-    # each prompt's forward once for its G rows (rlft.prompt_sharing; TRL's own path where it does not apply)
-    trainer_cls = with_prompt_sharing(with_band(trainer_cls, cfg.values[section]["prompt_sampler"]))
-    if outer is not None:
-        trainer_cls = outer(trainer_cls)
-    # outermost: the rows a zero advantage leaves out never reach the method's own hooks (rlft.zero_advantage)
-    if cfg.values[section]["skip_zero_advantage"]:
-        trainer_cls = with_zero_advantage_skip(trainer_cls)
+    trainer_cls = trainer_class(trainer_cls, cfg.values[section], outer)
     trainer = trainer_cls(model=prepared.model, reward_funcs=[prepared.reward_fn], args=args,
                           processing_class=prepared.tok, train_dataset=indexed(to_dataset(prepared.train_rows)),
                           **(tools.trainer_kwargs() if tools is not None else {}))
@@ -147,7 +162,7 @@ def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_
     models.drop_fresh_ref_adapter(trainer.model)  # beta > 0: a fresh adapter's reference is its base, no copy
     if tools is not None:  # rlft.tools: per-log counts of tool calls and bad calls into metrics.jsonl
         from rlft.episodes import watch_rendering
-        from rlft.run import process_console
+        from rlft.run.folder import process_console
         from rlft.tools import counts_callback
 
         trainer.add_callback(counts_callback(tools.stats))
@@ -160,7 +175,7 @@ def after(cfg, section: str, trainer, prepared: Prepared) -> dict[str, float]:
     tool calls and bad calls (rlft.tools.ToolStats) too, and tools.json."""
     out: dict[str, float] = {}
     if prepared.tools is not None:
-        from rlft.run import is_main_process, write_json
+        from rlft.run.folder import is_main_process, write_json
 
         counts = prepared.tools.stats.as_dict()
         if is_main_process():

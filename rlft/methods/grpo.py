@@ -24,6 +24,7 @@ from rlft.methods import group_rl
 from rlft.methods.common import Prepared
 
 KIND = "verifiable"
+SAMPLES_WHILE_TRAINING = True  # the policy samples as it trains: rlft.speed.attach in methods.common.train
 SECTION = "grpo"
 
 

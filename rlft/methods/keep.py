@@ -2,9 +2,9 @@
 
 `KeptModels` is shared by the TRL methods (through rlft.methods.callback.RunCallback) and rlft's PPO loop, so
 both keep the same model for the same checks. It is given the run's Watcher (whose `checks` are the held-out
-checks so far, rlft.overfit.Check) and a `save(path)` that writes the current model with its tokenizer:
+checks so far, rlft.watch.overfit.Check) and a `save(path)` that writes the current model with its tokenizer:
   after_check()   after each check: the step-0 model to out/start, a later check's model to out/best when it
-                  is the best so far (ties: the later one): the candidates rlft.overfit.kept_check chooses from;
+                  is the best so far (ties: the later one): the candidates rlft.watch.overfit.kept_check chooses from;
   finish(...)     at the end: the end-of-run no_gain alarm (when the run completed), then the kept check's model
                   into the run folder with the last one beside it in out/last (or the last one into the run
                   folder when it is kept, when watch.keep_best is off, or when the kept one was not saved);
@@ -31,7 +31,7 @@ class KeptModels:
 
     def after_check(self) -> None:
         """Save the latest check's model if it is a candidate: the start, or the best trained check so far."""
-        from rlft.overfit import best_check
+        from rlft.watch.overfit import best_check
 
         checks = self.watcher.checks
         if not self.enabled or not checks:
@@ -47,7 +47,7 @@ class KeptModels:
         """Put the kept model in the run folder (see the module docstring). `end`: the run completed, so the
         no_gain alarm is checked first; `keep_start`: the start is a usable model (not a reward model's untrained
         score head). The final metrics a caller reports stay the last model's (in out/last when they differ)."""
-        from rlft.overfit import kept_check, summary
+        from rlft.watch.overfit import kept_check, summary
 
         checks = self.watcher.checks
         fell = "overfitting" in self.watcher.alarm_names  # raised during training (a sustained fall), not at the end

@@ -12,7 +12,7 @@ adapter-disabled policy). Departure from TRL's defaults: TRL reads the training 
 (`train_sampling_strategy="sequential"`, needed by its KL pairing), so a file sorted by label would give
 one-label batches; rlft shuffles the rows once, with train.seed, before handing them over. Class balance:
 when one label is under 10% of the rows and the weights do not compensate, a warning names the
-desirable_weight / undesirable_weight range TRL recommends (rlft.thumbs).
+desirable_weight / undesirable_weight range TRL recommends (rlft.data.thumbs).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ COLUMNS = ("prompt", "completion", "label")
 
 def thumbs_records(rows, seed: int) -> list[dict]:
     """The rows as TRL records (label as a bool), shuffled once with `seed`."""
-    from rlft.thumbs import label_value
+    from rlft.data.thumbs import label_value
 
     records = [{"prompt": r.data["prompt"], "completion": r.data["completion"],
                 "label": label_value(r.data["label"])} for r in rows]
@@ -39,7 +39,7 @@ def thumbs_records(rows, seed: int) -> list[dict]:
 
 def balance_note(cfg: RunConfig, rows) -> str | None:
     """The class-balance warning for these rows and the run's weights (None when fine)."""
-    from rlft.thumbs import balance_warning, label_value
+    from rlft.data.thumbs import balance_warning, label_value
 
     n_true = sum(bool(label_value(r.data["label"])) for r in rows)
     return balance_warning(n_true, len(rows) - n_true, cfg.kto.desirable_weight, cfg.kto.undesirable_weight)

@@ -43,8 +43,8 @@ Where it departs from TRL's old PPOTrainer (trl <= 1.12, trl.experimental.ppo):
   - held-out accuracy under a verifier is measured before and after (and every train.eval_steps), so reward
     hacking (reward-model score up, accuracy down) is visible in summary.json and raises the alarm.
 
-Which model the run folder keeps is decided as for the TRL methods (rlft.methods.keep, rlft.overfit.kept_check):
-the start unless a trained held-out check beats it by more than its noise (rlft.overfit.START_Z; McNemar on
+Which model the run folder keeps is decided as for the TRL methods (rlft.methods.keep, rlft.watch.overfit.kept_check):
+the start unless a trained held-out check beats it by more than its noise (rlft.watch.overfit.START_Z; McNemar on
 pass@1), else the best or
 the last check's model, with the last one in last/; summary.json's `kept` says which step and why, and the
 end-of-run no_gain alarm fires when the start was kept. `final_metrics` stay the last model's.
@@ -71,7 +71,7 @@ from rlft.config import RunConfig
 from rlft.methods.common import Prepared, Run, RunResult, start_run, tracker_config, tracker_names
 from rlft.methods.ppo_rollout import heldout, policy_and_value, rollout, update
 from rlft.methods.ppo_setup import build_networks, check_config, memory_check, reward_function
-from rlft.time_limit import TimeLimit
+from rlft.run.time_limit import TimeLimit
 
 KIND = "verifiable"
 DEFAULT_LR = 3e-6  # TRL PPOConfig's default; the tiny recipe uses 1e-4
@@ -112,7 +112,7 @@ def save_checkpoint(accelerator, out: Path, step: int, state: dict, limit: int |
     ckpt = out / f"checkpoint-{step}"
     accelerator.save_state(str(ckpt), safe_serialization=False)
     if accelerator.is_main_process:
-        from rlft.run import write_json
+        from rlft.run.folder import write_json
 
         write_json(ckpt / STATE_FILE, {**state, "step": step})
         if limit:
@@ -153,7 +153,7 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     `on_check(step, score) -> stop?` hears every held-out check (rlft sweep's pruner); True ends training
     there, as a completed (shorter) run."""
     from rlft.verifiers.loading import load_verifiers
-    from rlft.watch import Holdout
+    from rlft.watch.setup import Holdout
 
     check_config(cfg)
     if cfg.ppo.reward_model and cfg.watch.get("holdout") and (cfg.ppo.get("min_reward_agreement") or 0) > 0:
@@ -181,7 +181,7 @@ def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
     (ppo.min_reward_agreement)."""
     from rlft.prefs import check_agreement, policy_agreement, truth_rows
     from rlft.reward_scoring import RewardModelReward
-    from rlft.run import process_console
+    from rlft.run.folder import process_console
 
     console = process_console(console)
     spec = cfg.watch.get("holdout_verifier") or "math"
@@ -202,8 +202,8 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
     from transformers import get_scheduler
 
     from rlft.methods.ppo_math import explained_variance
-    from rlft.monitor import ProgressLine, RolloutRecorder, Watcher, alarm_state, progress_bar
-    from rlft.run import Interrupt, any_process
+    from rlft.run.folder import Interrupt, any_process
+    from rlft.watch.monitor import ProgressLine, RolloutRecorder, Watcher, alarm_state, progress_bar
 
     cfg, out, ckpt, prior, record = run_.cfg, run_.out, run_.checkpoint, run_.prior, run_.record
     watch, console = run_.watch, run_.console
@@ -217,9 +217,9 @@ def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
     set_seed(cfg.train.seed)
     main = accelerator.is_main_process
     tok, policy, ref, value = build_networks(cfg)
-    from rlft.sampling import attach
+    from rlft import speed
 
-    attach(policy, console)  # LoRA on the CPU: rollouts from a plain copy of the policy (rlft.sampling)
+    speed.attach(policy, console)  # LoRA on the CPU: rollouts from a plain copy of the policy (rlft.speed.sampling)
     model = policy_and_value(policy, value)
     params = [p for p in model.parameters() if p.requires_grad]
     t = cfg.train  # AdamW as transformers' Trainer builds it: its TrainingArguments defaults, overridable here

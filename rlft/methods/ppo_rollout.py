@@ -36,7 +36,7 @@ def policy_and_value(policy, value):
             self.value = value
 
         def forward(self, input_ids, attention_mask, position_ids, keep: int):
-            from rlft.decode import last_positions
+            from rlft.speed.decode import last_positions
 
             logits = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                  use_cache=False, logits_to_keep=last_positions(self.policy, input_ids, keep)).logits
@@ -61,7 +61,7 @@ def response_logprobs(model, input_ids, attention_mask, position_ids, responses,
     """Log-probs of `responses` (the last T tokens of input_ids) under `model` at `temperature`."""
     import torch
 
-    from rlft.decode import last_positions
+    from rlft.speed.decode import last_positions
 
     t = responses.shape[1]
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,

@@ -4,8 +4,8 @@
 of its extension points:
   _calculate_rewards   after TRL's own (whose rewards are gathered over processes), the weighted sum of the
                        reward functions per completion and the gathered prompt indices go into the run's
-                       rlft.prompt_band.PromptBand (training batches only);
-  _get_train_sampler   `sampler: band`: rlft.prompt_band.BandSampler, TRL's RepeatSampler shape with each
+                       rlft.methods.prompt_band.PromptBand (training batches only);
+  _get_train_sampler   `sampler: band`: rlft.methods.prompt_band.BandSampler, TRL's RepeatSampler shape with each
                        chunk drawn from the learnable band; `plain`: TRL's own sampler, unchanged;
   log                  each training log carries the band counts (band/in, band/unseen, band/retired,
                        band/failed, band/left; band/on: 1 under the band sampler), the mean pass rate of the
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from rlft.prompt_band import BandSampler, PromptBand
+from rlft.methods.prompt_band import BandSampler, PromptBand
 
 INDEX = "rlft_prompt_index"
 

@@ -17,7 +17,7 @@ from rlft.methods.common import Prepared, build_trl_config, clamp_max_length, lo
 
 KIND = "pairs"
 COLUMNS = ("prompt", "chosen", "rejected")
-START_IS_A_MODEL = False  # the starting score head is untrained: a run never keeps its start (rlft.overfit)
+START_IS_A_MODEL = False  # the starting score head is untrained: a run never keeps its start (rlft.watch.overfit)
 
 
 PAIR_ACCURACY_ROWS = 200  # training pairs scored after training (train_pair_accuracy)
@@ -37,7 +37,7 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
 def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import RewardConfig, RewardTrainer
 
-    from rlft.data import to_dataset
+    from rlft.data.table import to_dataset
     from rlft.models import load_model
 
     model = load_model(cfg.model, head="score")

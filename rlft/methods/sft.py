@@ -56,7 +56,7 @@ def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import SFTConfig, SFTTrainer
 
     from rlft.chat_templates import ASSISTANT_ONLY, LAST_TURN, last_turn_rows, sft_chat_loss
-    from rlft.data import to_dataset
+    from rlft.data.table import to_dataset
     from rlft.models import load_model
 
     train_rows, eval_rows, tok = prepared.train_rows, prepared.eval_rows, prepared.tok

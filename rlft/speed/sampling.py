@@ -4,18 +4,18 @@ TRL's GRPO and RLOO trainers, rlft's PPO rollout and the held-out check after tr
 `generate` on the policy. With a peft LoRA adapter on, every decode step then runs each adapted layer through
 peft's layer (base matmul, dropout, two adapter matmuls, scaling, an add, in Python per adapter: 236 ms per
 decode step on SmolLM2-135M, 8 sequences, against 186 ms for the same weights merged). `attach(policy)` gives
-the policy's object its own `generate` that runs on a plain copy of the model, decoded by rlft.decode's loop
+the policy's object its own `generate` that runs on a plain copy of the model, decoded by rlft.speed.decode's loop
 (one prefill per distinct prompt, finished rows leave the batch; `generate` itself for settings the loop does
 not handle). It is TRL's own extension surface: the trainer still tokenizes, pads, calls `generate` and masks
 after the first stop token exactly as it would; only the code that computes the tokens changes.
 
 Two kinds of copy:
-- Live adapter (fp32 weights, MKL's packed gemm available, at most rlft.packed_linear.MAX_THREADS compute
+- Live adapter (fp32 weights, MKL's packed gemm available, at most rlft.speed.packed_linear.MAX_THREADS compute
   threads when attached, plain LoRA on linear layers only, nothing trainable outside the adapter: rlft's own
   LoRA runs on the CPU). The copy's weights are the policy's own frozen tensors (new Parameters over them
   that share their version counters, so a pack sees any in-place change; a second set exists only for a
   moment while the copy is built), and each adapted layer carries low-rank terms, scale * (x A^T) B^T, over
-  views of the policy's adapter weights (rlft.packed_linear.add_terms), so the copy needs no refresh. Its
+  views of the policy's adapter weights (rlft.speed.packed_linear.add_terms), so the copy needs no refresh. Its
   linear layers are packed for MKL at the first decode with the terms merged in (W + scale * B A), and every
   later decode re-packs the adapted layers into the same buffers (~0.1 s on SmolLM2, no new memory): always,
   because torch's fused AdamW (TRL's default optimizer) updates the adapter without moving the version
@@ -26,7 +26,7 @@ Two kinds of copy:
   copy (which is not packed: see below); peak RSS of `rlft grpo` 3.0-3.1 GB against 3.2-4.1 GB.
 - Merged (everything else: bf16 bases, LoRA on embeddings or with fan-in-fan-out weights or variants,
   trainable weights outside the adapter, more threads than MAX_THREADS, a torch without MKL's packed gemm).
-  A plain copy in the dtype of the policy's base weights (bf16 on CPUs with bf16 units, rlft.precision) with
+  A plain copy in the dtype of the policy's base weights (bf16 on CPUs with bf16 units, rlft.speed.precision) with
   the adapter merged in: marked stale after every optimizer step (torch's global optimizer-step hook, so
   TRL's trainers and rlft's PPO need no code of their own) and rebuilt lazily at the next `generate`; it
   starts stale, so weights restored by `--resume` are seen. A refresh recomputes
@@ -67,7 +67,7 @@ class PolicySampler:
         copy = copy.to_empty(device=base.device).to(dtype)
         copy.generation_config = base.generation_config
         self.copy = copy.eval().requires_grad_(False)
-        from rlft.models import contiguous_head
+        from rlft.speed.model_hooks import contiguous_head
 
         contiguous_head(self.copy)  # its `generate` fallback slices the hidden states for the head
         # non-persistent buffers (rotary frequencies) are not weights: to_empty left them unset
@@ -116,7 +116,7 @@ class PolicySampler:
         adapter weights (merged into its pack at each decode after an update), so the copy needs no refresh."""
         import torch
 
-        from rlft.packed_linear import add_terms
+        from rlft.speed.packed_linear import add_terms
 
         # new Parameters over the policy's tensors: `detach` shares their version counter, so a pack sees any
         # in-place change of the policy's weight (`param.data = ...` would keep the copy's own counter)
@@ -167,7 +167,7 @@ class PolicySampler:
             # adapter off: the copy holds it; merged into the base (peft's merge_adapter): it would count twice
             return self._policy_generate(*args, **kwargs)
         if self.live:  # the active adapters may have changed since: cheap to re-read
-            from rlft.packed_linear import invalidate
+            from rlft.speed.packed_linear import invalidate
 
             for layer, lora in self.live_layers:
                 layer.rlft_terms = _live_terms(lora)
@@ -176,7 +176,7 @@ class PolicySampler:
                 invalidate(layer)
         elif self.stale:
             self.refresh()
-        from rlft.decode import decode
+        from rlft.speed.decode import decode
 
         with torch.no_grad():
             out = None if args else decode(self.copy, pack=self.live, **kwargs)
@@ -202,7 +202,8 @@ def _mark_stale(ref) -> None:
 
 def _live_terms(lora) -> list:
     """(A^T, B^T, scale) per active adapter of a peft LoRA layer: views of its weights, so they follow the
-    optimizer's in-place updates (rlft.packed_linear.add_terms: merged into the layer's pack, or added per call)."""
+    optimizer's in-place updates (rlft.speed.packed_linear.add_terms: merged into the layer's pack, or added per
+    call)."""
     return [(lora.lora_A[n].weight.detach().t(), lora.lora_B[n].weight.detach().t(), lora.scaling[n])
             for n in lora.active_adapters if n in lora.lora_A]
 
@@ -213,7 +214,7 @@ def _can_keep_adapter_out(policy, lora_layers, dtype) -> bool:
     trainable weight outside the adapters (only the adapted layers are re-packed at each decode)."""
     import torch
 
-    from rlft import packed_linear
+    from rlft.speed import packed_linear
 
     if dtype != torch.float32 or not packed_linear.available():
         return False

@@ -75,7 +75,7 @@ def input_paths(cfg) -> dict[str, Path]:
                         for ref in model_refs(path)[1:]:
                             add(f"{dotted} (refers to)", ref)
     walk(cfg.values, "")
-    from rlft.model_sources import cache_dir
+    from rlft.sources import cache_dir
 
     if cache_dir().is_dir():  # built, converted and merged models (a LoRA stage's merged parent) live there
         add("the rlft cache (RLFT_CACHE)", cache_dir())

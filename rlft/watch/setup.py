@@ -1,7 +1,7 @@
 """The `watch` section read before the run folder exists: alarm thresholds, on_alarm, the held-out check.
 
 `prepare_watch(cfg)` validates it (alarm names, the holdout file and its gold fields), so a bad holdout file
-leaves nothing behind; rlft.monitor.Watcher then applies it while the run trains.
+leaves nothing behind; rlft.watch.monitor.Watcher then applies it while the run trains.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rlft.errors import UserError
 
 @dataclass
 class Holdout:
-    """The held-out check: its rows, how they are scored (rlft.heldout: the metric follows `kind`; `scorer` is the
+    """The held-out check: its rows, how they are scored (rlft.watch.heldout: the metric follows `kind`; `scorer` is the
     verifier's reward function for pass@1), and when to run (`every`: None = a tenth of the run's steps)."""
 
     rows: list[dict]
@@ -55,8 +55,8 @@ def prepare_watch(cfg) -> WatchSetup:
                        keep_best=watch.get("keep_best", True) is not False)
     if watch.get("holdout"):
         from rlft.data import read_rows
-        from rlft.heldout import holdout_kind
         from rlft.verifiers.loading import load_verifiers, validate_gold
+        from rlft.watch.heldout import holdout_kind
 
         spec = watch.get("holdout_verifier") or "math"
         rows = read_rows(watch["holdout"], max_rows=watch.get("holdout_max_rows") or 100)
@@ -84,7 +84,7 @@ def check_heldout_rows(cfg, held: list[dict], train_rows: list, what: str, conso
     """Held-out rows that check something: their prompts are of the training prompts' type (plain strings, or
     chat messages: one line, not a TypeError while scoring), and a warning with the overlap when most of them
     share their prompt with a training row (the check would measure recall of the training data)."""
-    from rlft.heldout import prompt_key
+    from rlft.watch.heldout import prompt_key
 
     train = [r.data if hasattr(r, "data") else r for r in train_rows]
 
@@ -120,9 +120,9 @@ AUTO_HOLDOUT_MIN_STEPS = 20
 
 
 def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: WatchSetup, console) -> list:
-    """Give a run without `watch.holdout` its held-out check (rlft.heldout): on its eval rows, else on a seeded
+    """Give a run without `watch.holdout` its held-out check (rlft.watch.heldout): on its eval rows, else on a seeded
     slice of its training rows, which it returns without that slice. Says which, once."""
-    from rlft.heldout import metric_for, prompt_groups, slice_size, split_by_prompt
+    from rlft.watch.heldout import metric_for, prompt_groups, slice_size, split_by_prompt
 
     watch = dict(cfg.values.get("watch") or {})
     if setup.holdout is not None:

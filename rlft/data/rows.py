@@ -1,7 +1,7 @@
 """Row shapes: which signal a row carries (demonstrations, pairs, verifiable, ratings, thumbs), its text and
 fields, and which registered verifier can read a file's gold values.
 
-Pure and fast (standard library; the verifier registry is imported lazily). Shared by rlft/lint.py (`rlft
+Pure and fast (standard library; the verifier registry is imported lazily). Shared by rlft/data/lint.py (`rlft
 data lint`) and rlft/choose/from_data.py (`rlft choose --data`).
 """
 

@@ -3,7 +3,7 @@ mostly fail, while the reward does not rise.
 
 It reads what TRL logs for a tool run (metrics.jsonl): `tools/call_frequency` (tool calls per episode),
 `tools/failure_frequency` (the share of calls that failed: an error result) and `reward`. Like the rules in
-rlft.alarms it is a pure function of the history (so it is tested on recorded rows); rlft.monitor.Watcher runs it
+rlft.alarms it is a pure function of the history (so it is tested on recorded rows); rlft.watch.monitor.Watcher runs it
 beside them, once per run, skipped with watch.ignore: [tool_collapse]. A model that learns to answer without the
 tool while its reward rises is not a collapse, so a rising reward keeps it quiet.
 """

@@ -1,4 +1,4 @@
-"""The `overfitting` alarm and which model a run keeps, from its held-out checks (rlft.heldout); pure.
+"""The `overfitting` alarm and which model a run keeps, from its held-out checks (rlft.watch.heldout); pure.
 
 A check is (step, score, per-row outcomes) on the same held-out rows every time, score higher-is-better.
 Because the rows are the same, the noise of a fall from the best check is the paired one: the standard

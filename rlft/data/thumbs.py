@@ -1,6 +1,6 @@
 """Thumbs up/down rows (prompt, completion, label): the label rules and the class-balance advice for KTO.
 
-Shared by data validation (rlft.data), the lint (rlft.lint) and the KTO method; standard library only.
+Shared by data validation (rlft.data), the lint (rlft.data.lint) and the KTO method; standard library only.
 
 KTO weighs the losses of desirable (label true) and undesirable (label false) rows by `desirable_weight` and
 `undesirable_weight`. The KTO paper (eq. 8) and TRL's KTO docs recommend keeping

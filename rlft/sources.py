@@ -73,7 +73,7 @@ def gguf_folder(gguf: str | Path) -> Path:
     """The converted transformers folder for `gguf`, converting on first use (tmp folder + rename)."""
     src = Path(gguf).expanduser()
     if not src.is_file():
-        from rlft.bounded import kind_of
+        from rlft.data.bounded import kind_of
 
         what = ("is a folder, not a GGUF file" if src.is_dir() else f"is {kind_of(src)}, not a GGUF file"
                 if kind_of(src) else "does not exist")

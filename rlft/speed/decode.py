@@ -78,7 +78,7 @@ def last_positions(model, input_ids, keep: int = 1):
     values. Remote-code models may slice with the int themselves (`hidden_states[:, -logits_to_keep:]`), which
     a tensor of several positions would break, and GPUs have no such slowdown: both keep the int, as do `keep`
     values the int means otherwise (0: every position) or that cover every position. Any other path to the head
-    (transformers' `generate`) is covered by rlft.models.contiguous_head."""
+    (transformers' `generate`) is covered by rlft.speed.model_hooks.contiguous_head."""
     width = input_ids.shape[1]
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     if (not type(inner).__module__.startswith("transformers.") or input_ids.device.type != "cpu"
@@ -212,7 +212,7 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
            **kwargs: Any):
     """Prompts + sampled tokens as `model.generate` returns them, or None where the settings are not handled
     (see the module docstring). `kwargs` are further generation settings, as `generate` takes them.
-    `pack`: decode from weights packed for the batch's row count (rlft.packed_linear) where that applies,
+    `pack`: decode from weights packed for the batch's row count (rlft.speed.packed_linear) where that applies,
     keeping finished rows in the batch so that every step has that count; it packs `model` in place."""
     import copy as _copy
 
@@ -258,11 +258,11 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
     last_position = position[inverse, -1]
     alive = torch.arange(rows, device=input_ids.device)  # the output rows still in the batch
     if pack:
-        from rlft.packed_linear import pack as pack_linears
+        from rlft.speed.packed_linear import pack as pack_linears
 
         pack = pack_linears(model, rows)
     finished = torch.zeros(rows, dtype=torch.bool, device=input_ids.device)  # packed: rows riding along
-    from rlft.decode_step import step_fn
+    from rlft.speed.decode_step import step_fn
 
     lean = step_fn(model, cache)  # one token per row without transformers' per-step machinery, where it applies
     steps = 0

@@ -212,7 +212,7 @@ def fingerprint(method: str, values: dict, hashes: bool = True, content: dict | 
 
 def write_fingerprint(cfg, out: Path, content: dict | None = None) -> None:
     """fingerprint.json; `content`: the hashes of the bytes the run read (not the files as they are now)."""
-    from rlft.outputs import write_text
+    from rlft.run.outputs import write_text
 
     write_text(Path(out) / FINGERPRINT, json.dumps(fingerprint(cfg.method, cfg.values, content=content),
                                                    indent=2) + "\n")

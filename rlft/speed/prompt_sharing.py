@@ -63,7 +63,7 @@ def applies(model, input_ids, logits_to_keep: int) -> bool:
                           if hasattr(type(inner), a)), None)
     if checkpointing is not None and getattr(inner, checkpointing):
         return False
-    from rlft.decode import cache_key
+    from rlft.speed.decode import cache_key
 
     return cache_key(inner) is not None
 
@@ -78,7 +78,7 @@ def per_token_logps(model, input_ids, attention_mask, logits_to_keep: int, compu
     `_get_per_token_logps_and_entropies` returns them for one chunk, or None where no prompt is shared."""
     from transformers import DynamicCache
 
-    from rlft.decode import cache_key, distinct_rows, last_positions, plain_layers
+    from rlft.speed.decode import cache_key, distinct_rows, last_positions, plain_layers
 
     width = input_ids.size(1) - logits_to_keep  # the prompt block, left-padded to one width
     prompts, prompt_mask, inverse = distinct_rows(input_ids[:, :width], attention_mask[:, :width])
@@ -130,7 +130,7 @@ def _lanes(inner, tail_mask, inverse, n_prompts: int) -> Lanes | None:
     if config.model_type not in LANE_MODEL_TYPES or not type(inner).__module__.startswith(
             f"transformers.models.{config.model_type}."):
         return None  # positions from the mask (OPT), ALiBi from the mask (Falcon, Bloom), unknown code
-    from rlft.decode_step import full_attention_only
+    from rlft.speed.decode_step import full_attention_only
 
     if not full_attention_only(config):
         return None

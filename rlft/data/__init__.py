@@ -1,8 +1,7 @@
 """Loading and per-method validation of training rows.
 
-Local .jsonl/.json/.csv files are read with the standard library, line by line, so a bad row is reported
-with its file, line and field, and so `rlft choose`/`data lint` can read 10k rows without importing
-`datasets`. Parquet files and hub dataset names go through `datasets.load_dataset` (rows are then numbered
+Local .jsonl/.json/.csv files are read with the standard library, line by line (a bad row is reported by file,
+line and field; `rlft choose`/`data lint` read 10k rows without `datasets`). Parquet files and hub dataset names go through `datasets.load_dataset` (rows are then numbered
 from 1). Validation reports every bad row at once, before any model loads and before anything is written.
 
 Row kinds, named by the signal they carry as in `rlft data lint` and `rlft choose` (canonical column names;
@@ -12,6 +11,13 @@ Row kinds, named by the signal they carry as in `rlft data lint` and `rlft choos
   verifiable      prompt + gold fields (answer, label, ...), used by eval, GRPO, PPO, RLOO
   thumbs          prompt + completion (strings or message lists) + label true/false (KTO)
   prompts         prompt only (distillation: the student writes the completions)
+
+The package around this module (each standard library only):
+  rows     row shapes: which signal a row carries, and which verifier can read its gold values
+  lint     `rlft data lint`: the problems that make a run learn nothing, or the wrong thing
+  thumbs   thumbs up/down rows: the label rules and KTO's class-balance advice
+  bounded  inputs read with bounds: no file, value or recipe can hang rlft or fill the memory
+  table    rows as a `datasets.Dataset` (to_dataset), each row's tool-call arguments as written
 """
 
 from __future__ import annotations
@@ -27,9 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from rlft.bounded import cell_problems, check_text_file, json_depth_problem, kind_of, raise_csv_limit
+from rlft.data.bounded import cell_problems, check_text_file, json_depth_problem, kind_of, raise_csv_limit
 from rlft.errors import DataError, UserError, row_problem
-from rlft.tool_arguments import keep_arguments_per_row
 
 LOCAL_SUFFIXES = {".jsonl", ".json", ".csv", ".parquet"}
 ROLES = {"system", "user", "assistant", "tool"}
@@ -70,7 +75,7 @@ def read_rows(path: str, fields: dict[str, str] | None = None, split: str = "tra
         if big:
             print(f"reading {path} ({p.stat().st_size / 2**20:.0f} MB)...", file=sys.stderr, flush=True)
         raw = _read_bytes(p, path)
-        if hashes is not None:  # rlft.run_guard.content_hash of these bytes
+        if hashes is not None:  # rlft.run.guard.content_hash of these bytes
             hashes[given] = hashlib.sha256(raw).hexdigest()
         if not raw.strip():
             raise DataError([row_problem(path, None, None, "file is empty")], "add rows, one JSON object per line")
@@ -400,7 +405,7 @@ def validate_verifiable(rows: list[Row], gold_fields: tuple[str, ...] = ("answer
 
 def validate_thumbs(rows: list[Row]) -> None:
     """prompt + completion + a boolean label per row (file:line errors); both labels must occur."""
-    from rlft.thumbs import label_problem, label_value
+    from rlft.data.thumbs import label_problem, label_value
 
     problems = []
     for r in rows:
@@ -441,7 +446,7 @@ def _validate_columns(rows: list[Row]) -> None:
 
 def load_split(data_cfg: Any, kind: str, seed: int = 42, hashes: dict | None = None) -> tuple[list[Row], list[Row]]:
     """Read and validate train (and eval) rows of `kind` (a method's KIND); returns (train_rows, eval_rows).
-    `hashes` gets the sha256 of each local training file's bytes as read (rlft.run_guard's fingerprint)."""
+    `hashes` gets the sha256 of each local training file's bytes as read (rlft.run.guard's fingerprint)."""
     if not data_cfg.train:
         raise UserError("no training data given", "pass --data FILE (or set data.train in the recipe)")
     kwargs = dict(fields=data_cfg.fields, split=data_cfg.split)
@@ -484,17 +489,3 @@ _FIXES = {
     "thumbs": "thumbs rows need prompt, completion and label (JSON true or false)",
     "prompts": "rows need a prompt (a string or a list of messages)",
 }
-
-
-def to_dataset(rows: list[Row], columns: tuple[str, ...] | None = None):
-    """Turn rows into a `datasets.Dataset`, keeping only `columns` when given."""
-    from datasets import Dataset
-
-    records = [{k: v for k, v in r.data.items() if columns is None or k in columns} for r in rows]
-    try:
-        ds = Dataset.from_list(records)
-        return keep_arguments_per_row(ds, records)
-    except (TypeError, ValueError) as exc:  # pyarrow's ArrowTypeError / ArrowInvalid: values that mix types
-        keys = tuple(dict.fromkeys(k for rec in records for k in rec))
-        problems = mixed_types(rows, keys) or [row_problem(rows[0].source, None, None, str(exc).splitlines()[0])]
-        raise DataError(problems, "use one type per column in every row (e.g. all answers as strings)") from exc

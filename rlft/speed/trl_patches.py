@@ -40,7 +40,7 @@ blocks come from the heap) and M_TRIM_THRESHOLD to 2 GB (the heap is not trimmed
 reuses the pages the last one had: `rlft grpo` on SmolLM2, 4 steps, one thread, interleaved: 37.7 and 37.1 s
 against 43.5 and 39.9 s, system time 2.5-2.8 s against 3.2-3.8 s, peak RSS 4.0-4.1 GB against 3.9 GB. (It
 did nothing while the sampling packs were re-made as new buffers in the main heap every step: the heap
-fragmented and grew; they are now re-packed in place, rlft.packed_linear.)
+fragmented and grew; they are now re-packed in place, rlft.speed.packed_linear.)
 PyTorch's CPU tuning guide gets the same from preloading jemalloc or tcmalloc, which needs the variable set
 before the process starts. glibc on Linux only; elsewhere it does nothing and returns False.
 """

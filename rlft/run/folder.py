@@ -6,7 +6,7 @@ Layout of `output_dir`:
   metrics.jsonl    one JSON object per logging step (`step` plus the trainer's keys, e.g. `loss`)
   summary.json     status (running / completed / interrupted / failed), steps, final metrics, timings
   fingerprint.json what defines the run (method, models, LoRA, verifiers, data and its content hash): --resume
-                   refuses any difference (rlft.run_guard)
+                   refuses any difference (rlft.run.guard)
   .rlft.lock       while a process trains here: its PID, held with flock (removed when the run ends)
   checkpoint-N/    trainer checkpoints (what --resume continues from)
   the final model  weights + tokenizer, loadable with plain transformers (or a peft adapter)
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rlft.errors import Terminated, UserError, disk_errno
-from rlft.outputs import check_output, input_paths
-from rlft.run_guard import LOCK, check_not_live, check_own_files, check_same_run, read_run_file, release_lock
+from rlft.run.guard import LOCK, check_not_live, check_own_files, check_same_run, read_run_file, release_lock
+from rlft.run.outputs import check_output, input_paths
 
 RUN_MARKERS = ("summary.json", "config.yaml")
 
@@ -112,11 +112,11 @@ def check_run_folder(cfg, overwrite: bool = False, resume: bool = False) -> None
 
 
 def check_resume(cfg, out: Path) -> None:
-    """Resume only the same run (rlft.run_guard.check_same_run: method, model, LoRA, teacher, reward model,
+    """Resume only the same run (rlft.run.guard.check_same_run: method, model, LoRA, teacher, reward model,
     verifiers, data and its content); a completed run only when there are steps left to take."""
     saved_path = out / "config.yaml"
     if not out.is_dir() or last_checkpoint(out) is None:
-        return  # rlft.run.prepare_output_dir says "no checkpoint" with its fix
+        return  # rlft.run.folder.prepare_output_dir says "no checkpoint" with its fix
     check_own_files(out)
     if not os.path.lexists(saved_path):
         return
@@ -235,7 +235,7 @@ def read_jsonl(path: Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    from rlft.bounded import kind_of
+    from rlft.data.bounded import kind_of
 
     if kind_of(path) or path.is_dir():
         raise UserError(f"{path} is {kind_of(path) or 'a folder'}, not a file",

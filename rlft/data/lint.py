@@ -24,9 +24,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rlft.bounded import cell_problems
-from rlft.errors import UserError
-from rlft.rows import (
+from rlft.data.bounded import cell_problems
+from rlft.data.rows import (
     DEFAULT_GOLD_FIELDS,
     _as_number,
     _data,
@@ -41,6 +40,7 @@ from rlft.rows import (
     row_kinds,
     text_of,
 )
+from rlft.errors import UserError
 
 KINDS = ("demonstrations", "pairs", "verifiable", "ratings", "thumbs")
 LEVELS = ("error", "warning", "info")
@@ -383,7 +383,7 @@ def _lint_ratings(rows: list[Any]) -> list[Finding]:
 
 def _lint_thumbs(rows: list[Any]) -> list[Finding]:
     """Labels must be booleans, both must occur; a rare class (< 10%) gets the KTO weights that compensate."""
-    from rlft.thumbs import balance_warning, label_value
+    from rlft.data.thumbs import balance_warning, label_value
 
     n = len(rows)
     out = _empty_findings(rows, ("prompt", "completion"))

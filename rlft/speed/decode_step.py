@@ -1,11 +1,11 @@
-"""A lean one-token forward for Llama-layout causal LMs: what rlft.decode runs for each new token.
+"""A lean one-token forward for Llama-layout causal LMs: what rlft.speed.decode runs for each new token.
 
-After the prefill (the model's own forward), every step of rlft.decode feeds one token per row. Through
+After the prefill (the model's own forward), every step of rlft.speed.decode feeds one token per row. Through
 transformers' modules that step is some 6,000 small tensor ops on SmolLM2-135M (the mask builder, the cache's
 dispatch, per-module reshapes and dtype casts, keyword plumbing), as much wall time on a CPU as the weight
 products themselves at 8 rows. `step_fn(model, cache)` returns a function that computes the same logits from
 the same modules' weights with only the ops the arithmetic needs; a projection packed for the batch's row
-count computes from its pack directly (rlft.packed_linear.direct, with the live adapter's terms merged in),
+count computes from its pack directly (rlft.speed.packed_linear.direct, with the live adapter's terms merged in),
 and any other (peft's LoRA layers, a projection with a hook) is called as its module, so everything attached
 to a projection applies as before.
 
@@ -13,7 +13,7 @@ It knows one layout exactly: transformers' Llama (SmolLM2, Llama 2/3, the tiny m
 Mistral, whose decoder layers are pre-norm RMSNorm, rotary attention with grouped key/value heads, residual,
 RMSNorm, gated MLP. Anything else (another class, a subclass, a hook or patched forward on a module it would
 skip, sliding-window layers, an attention implementation other than sdpa/eager, a model in training mode)
-gets None and rlft.decode calls the model's forward as before.
+gets None and rlft.speed.decode calls the model's forward as before.
 
 Same arithmetic as transformers' forward, in the same dtype, with departures that change the order of
 floating-point operations, not the math: RMSNorm is torch's `rms_norm` (exact for fp32 weights; fp16/bf16
@@ -136,7 +136,7 @@ def step_fn(model, cache):
     """`step(tokens, positions, mask) -> logits` for one new token per row, or None where not eligible.
 
     tokens, positions: [rows] (int); mask: [rows, cached + 1], 1 where a row attends (the left padding 0);
-    `cache`: the prefilled cache (rlft.decode's reserved one), updated as the model's forward would.
+    `cache`: the prefilled cache (rlft.speed.decode's reserved one), updated as the model's forward would.
     Returns the last position's logits, [rows, vocab], in the model's dtype."""
     import torch
     import torch.nn.functional as F
@@ -148,7 +148,7 @@ def step_fn(model, cache):
     inner = model.model
     layers = list(inner.layers[:config.num_hidden_layers])
     cache_layers = list(getattr(cache, "layers", []) or [])
-    # per-row key/value layers that append (rlft.decode's in-place ones, transformers' DynamicLayer); the
+    # per-row key/value layers that append (rlft.speed.decode's in-place ones, transformers' DynamicLayer); the
     # layouts here have no sliding windows (eligible)
     if len(cache_layers) != len(layers) or not all(isinstance(c, DynamicLayer) for c in cache_layers):
         return None
@@ -174,10 +174,10 @@ def step_fn(model, cache):
 
     def linears(rows: int) -> list:
         """Per layer (q, k, v, o, gate, up, down), then the LM head: each projection's packed product where
-        it is packed for `rows` (rlft.packed_linear.direct, made once per row count of this decode), else
+        it is packed for `rows` (rlft.speed.packed_linear.direct, made once per row count of this decode), else
         the module itself."""
         if rows not in projections:
-            from rlft.packed_linear import direct
+            from rlft.speed.packed_linear import direct
 
             mods = [m for layer in layers for m in (layer.self_attn.q_proj, layer.self_attn.k_proj,
                                                     layer.self_attn.v_proj, layer.self_attn.o_proj,

@@ -6,10 +6,10 @@
   - it runs the alarm rules of `rlft.alarms` on the logged history at every log; a rule that fires is
     printed (message, evidence, fix) and appended to alarms.jsonl, once per rule per run; with
     `watch.on_alarm: stop` it also records the alarm that asked for the stop (`stopped_by`);
-  - with a held-out check (rlft.watch: watch.holdout, the eval rows or the automatic slice), the caller asks it
-    to measure the method's metric (rlft.heldout), logged as `heldout/score` with its noise (verifiable rows
+  - with a held-out check (rlft.watch.setup: watch.holdout, the eval rows or the automatic slice), the caller asks it
+    to measure the method's metric (rlft.watch.heldout), logged as `heldout/score` with its noise (verifiable rows
     also as `heldout/pass_at_1`, which the reward-hacking alarm compares with the training reward); the
-    `overfitting` alarm (rlft.overfit) runs on those checks;
+    `overfitting` alarm (rlft.watch.overfit) runs on those checks;
   - it writes a few samples to samples.jsonl and prints them: for GRPO/RLOO/PPO, the real rollouts of the
     latest step with their rewards, captured by `RolloutRecorder` wrapping the reward functions; otherwise,
     the latest held-out check's completions and scores. Per prompt, the best and the worst completion, for up
@@ -36,8 +36,8 @@ from rich.progress import (
 )
 
 from rlft.alarms import Alarm, check, repetition
-from rlft.run import is_main_process, read_jsonl
-from rlft.watch import WatchSetup
+from rlft.run.folder import is_main_process, read_jsonl
+from rlft.watch.setup import WatchSetup
 
 # The keys shown on the progress line, in order, when the trainer logs them.
 SHOWN = ("loss", "reward", "rewards/accuracies", "rewards/margins", "kl", "entropy", "eval_loss",
@@ -206,7 +206,7 @@ class Watcher:
         self.recorder: RolloutRecorder | None = None
         self.last_heldout: list[dict] = []
         self.prune = False  # setup.on_check asked to end training (rlft sweep)
-        self.checks: list = []  # rlft.overfit.Check per held-out check of this process's run
+        self.checks: list = []  # rlft.watch.overfit.Check per held-out check of this process's run
         self.last_samples_step: int | None = None
 
     def flush(self) -> None:
@@ -227,8 +227,8 @@ class Watcher:
         self.history.append(record)
         new = check(self.history, self.setup.thresholds, skip=set(self.alarm_names))
         th = self.setup.thresholds
-        if "tool_collapse" not in self.alarm_names and "tool_collapse" not in th.ignore:  # rlft.tool_alarms
-            from rlft.tool_alarms import tool_collapse
+        if "tool_collapse" not in self.alarm_names and "tool_collapse" not in th.ignore:  # rlft.watch.tool_alarms
+            from rlft.watch.tool_alarms import tool_collapse
 
             new += [a for a in [tool_collapse(self.history, th)] if a is not None]
         for alarm in new:
@@ -263,11 +263,11 @@ class Watcher:
                            highlight=False, soft_wrap=True)
 
     def heldout(self, model, tok, step: int, epoch: float = 0.0) -> dict[str, Any]:
-        """The held-out check (rlft.heldout: the method's metric, its noise) logged as heldout/* records; the
-        overfitting rule (rlft.overfit) runs on the checks so far and the training objective (the logged loss,
-        or PPO's mean reward: rlft.overfit.training_objective)."""
-        from rlft.heldout import measure
-        from rlft.overfit import Check, overfitting, training_objective
+        """The held-out check (rlft.watch.heldout: the method's metric, its noise) logged as heldout/* records; the
+        overfitting rule (rlft.watch.overfit) runs on the checks so far and the training objective (the logged loss,
+        or PPO's mean reward: rlft.watch.overfit.training_objective)."""
+        from rlft.watch.heldout import measure
+        from rlft.watch.overfit import Check, overfitting, training_objective
 
         h = self.setup.holdout
         m = measure(h.kind, model, tok, h.rows, scorer=h.scorer, max_new_tokens=h.max_new_tokens,
@@ -289,10 +289,10 @@ class Watcher:
         return record
 
     def end_checks(self, keep_start: bool = True) -> None:
-        """At the end of training: the no_gain alarm (rlft.overfit: no trained check clearly beat the start,
+        """At the end of training: the no_gain alarm (rlft.watch.overfit: no trained check clearly beat the start,
         raised as `overfitting` when the training objective improved), unless an overfitting alarm already fired or
         the alarm is ignored."""
-        from rlft.overfit import no_gain, training_objective
+        from rlft.watch.overfit import no_gain, training_objective
 
         if "overfitting" in self.alarm_names:
             return

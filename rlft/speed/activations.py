@@ -1,4 +1,4 @@
-"""fp32 activations between bf16 matmuls: how a CPU LoRA run over a bf16 base computes (rlft.precision decides
+"""fp32 activations between bf16 matmuls: how a CPU LoRA run over a bf16 base computes (rlft.speed.precision decides
 when; rlft.models.load_model applies it after `_fp32_trainable`). Light at import: torch inside the functions."""
 
 from __future__ import annotations

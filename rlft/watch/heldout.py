@@ -90,7 +90,7 @@ class Measure:
     n: int
     extra: dict[str, Any]
     samples: list[dict]
-    per_row: list[float] = field(default_factory=list)  # each row's outcome, for the paired noise (rlft.overfit)
+    per_row: list[float] = field(default_factory=list)  # each row's outcome, for the paired noise (rlft.watch.overfit)
 
     def record(self) -> dict[str, Any]:
         out = {"heldout/metric": self.metric, "heldout/score": round(self.value, 4),
@@ -176,7 +176,7 @@ def _share(metric: str, wins: list[bool], extra: dict | None = None) -> Measure:
 def measure(kind: str, model, tok, rows: list[dict], *, scorer: Callable | None = None, max_new_tokens: int = 32,
             reward_model: bool = False, tools: Any = None) -> Measure:
     """The honest metric of `kind` on held-out `rows` (plain dicts) for `model` (see the module docstring).
-    A model with bf16 and fp32 weights (rlft.precision: bf16 base + fp32 LoRA) runs under bf16 autocast, as the
+    A model with bf16 and fp32 weights (rlft.speed.precision: bf16 base + fp32 LoRA) runs under bf16 autocast, as the
     trainer runs it."""
     import contextlib
 

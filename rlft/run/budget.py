@@ -7,7 +7,7 @@ when the planned passes exceed the method's sensible number, one line says so an
 would be 1-2 passes. Sensible numbers (`LIMITS`, overridable with watch.max_passes):
   dpo, kto, reward  3   (the DPO/KTO papers and TRL's examples train 1-3 epochs)
   sft               10  (rlft's choice: small demonstration sets are often trained for several epochs;
-                         the held-out token loss, rlft.heldout, is what says when it is too many)
+                         the held-out token loss, rlft.watch.heldout, is what says when it is too many)
 GRPO, RLOO, PPO and distillation sample new completions every step, so a pass over their prompts is not a
 pass over fixed targets: no warning; their held-out check watches them instead.
 """

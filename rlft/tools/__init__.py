@@ -1,5 +1,8 @@
 """Tools and environments for `rlft grpo --tools FILE.py` / `--env FILE.py:Class`: load, check, guard.
 
+The package: this module (loading, checks, the guard TRL calls) and `containment` (what a call may not do to the run:
+caps, timeouts, exits, prints, cwd).
+
 rlft plugs into TRL 1.16's own extension points (GRPOTrainer's `tools=` and `environment_factory=`, GRPOConfig's
 `max_tool_calling_iterations`); it does not fork the tool loop (`GRPOTrainer._tool_call_loop`). What TRL does there:
 it parses each completion with the tokenizer's response template, calls `tool(**arguments)`, catches an exception into
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rlft.errors import UserError
-from rlft.tool_containment import (  # noqa: F401  (re-exported: rlft.tools is where callers look)
+from rlft.tools.containment import (  # noqa: F401  (re-exported: rlft.tools is where callers look)
     RLFT_KEYS,
     EnvFailures,
     Limits,

@@ -12,7 +12,7 @@ pass uses), reached through ctypes in torch's own libtorch_cpu so that the packe
 owns: the products are bit-for-bit torch's (tests/test_decode.py), and a weight that changes is re-packed into
 the same buffer, with no new memory. `available()` checks the entry points on a small product once.
 
-A layer with low-rank terms (rlft.sampling's live LoRA adapter: scale * (x A^T) B^T per call) is packed with
+A layer with low-rank terms (rlft.speed.sampling's live LoRA adapter: scale * (x A^T) B^T per call) is packed with
 the terms merged in, W + scale * B A, computed in a scratch buffer per layer; an optimizer step that changes the
 adapter makes the next `pack` re-pack those layers in place. On SmolLM2 (210 adapted layers, rank 16, two
 threads) that costs ~0.1 s a step against ~0.5 s for the terms' two thin products per layer and token in a 48-token
@@ -21,13 +21,13 @@ blocks per step among the training step's temporaries, and the heap grew (RSS 3.
 1-4 s of system time a step on VMs where the first touch of a page costs 2-25 us).
 
 The catch is MKL's: a packed weight serves the row count it was packed for. So `pack(model, rows)` packs for
-one count and rlft.decode keeps its batch at that count (finished rows ride along) while it decodes from a
+one count and rlft.speed.decode keeps its batch at that count (finished rows ride along) while it decodes from a
 packed model. A product uses its pack only while the pack's state still holds: the row count, the thread
 count, the weight's and the terms' tensors and in-place version counters it was packed from. Otherwise it is
 the plain product plus the terms, never a stale pack; a `pack` that declines (too many rows, another dtype)
 drops every pack, and a pack that fails leaves its layer plain. Version counters miss changes made without
 autograd's bookkeeping (torch's fused AdamW, TRL's default optimizer, steps without moving them; `.data`
-writes): whoever changes weights that way calls `invalidate` (rlft.sampling does before every decode).
+writes): whoever changes weights that way calls `invalidate` (rlft.speed.sampling does before every decode).
 
 Packs follow the thread count. MKL lays a packed weight out for the number of threads it packs with, and a
 product with that pack computes with that many. So `pack` packs in the calling thread, with the thread count
@@ -213,7 +213,7 @@ def _drop_pack(m) -> None:
 
 def add_terms(m, terms) -> None:
     """Give nn.Linear `m` low-rank terms [(down, up, scale)]: it computes linear(x) + scale * (x @ down) @ up
-    for each, from its pack (terms merged in) where the pack serves, plainly otherwise (rlft.sampling's live
+    for each, from its pack (terms merged in) where the pack serves, plainly otherwise (rlft.speed.sampling's live
     LoRA adapter: down = A^T, up = B^T)."""
     m.rlft_terms = terms
     m.forward = functools.partial(_forward, m)
@@ -225,7 +225,7 @@ def direct(m, rows: int):
     it) or anything else would run on a call of `m` (hooks, a forward of its own). With grad enabled and a
     weight or input that needs it, the function calls `m` (autograd must see the product).
 
-    For a caller that holds the weights still while it uses the function: rlft.decode_step makes these at
+    For a caller that holds the weights still while it uses the function: rlft.speed.decode_step makes these at
     the first token of a decode (after `pack`), under no_grad, and drops them with the decode."""
     import torch
 

@@ -10,7 +10,7 @@ matmul in both dtypes, interleaved, ~0.3 s, once per machine: `measured_speedup`
 at least MIN_SPEEDUP times faster.
 On such a CPU a LoRA run keeps its frozen base weights in bf16 and its adapter (the only trainable weights) in
 fp32: each base matmul runs in bf16, everything between the matmuls (residual stream, norms, attention, the
-adapter's path) in fp32 (rlft.activations.fp32_activations: with bf16 activations too, LoRA SFT on SmolLM2
+adapter's path) in fp32 (rlft.speed.activations.fp32_activations: with bf16 activations too, LoRA SFT on SmolLM2
 learned measurably less and its adapter gradients were 12.6% off fp32's, against 4.1% now), the adapter's
 update is exact fp32, and no weight is cast per step. This is
 not TRL's `bf16=True`, which on a CPU is autocast over fp32 weights: every weight is re-cast at every op,
@@ -97,7 +97,7 @@ def measured_speedup() -> float:
 
     import torch
 
-    from rlft.model_sources import cache_dir
+    from rlft.sources import cache_dir
 
     key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
     path = cache_dir() / "bf16_speedup.json"
