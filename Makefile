@@ -10,6 +10,7 @@
 #   make demo-prefs  SmolLM2-135M + LoRA on the support store: SFT, then DPO, reward model + PPO, best-of-n;
 #                    held-out truth (support_policy) before -> after each (DATA=DIR: a data/make_store.py folder)
 #   make bench-real  seconds per step and peak RSS of every method on SmolLM2-135M + LoRA, beside tiny
+#   make gpu-wheels  the wheels a lent GPU machine lacks (gpu-wheels/, < 64 MiB) for bench/gpu_check.sh (docs/gpu.md)
 # MODEL, DATA and OUT (plus SFT_RECIPE, RECIPES, HELDOUT_TOKENS) let the same pipeline targets run a real model elsewhere.
 
 PYTHON ?= python3
@@ -39,7 +40,7 @@ PIPE = $(BIN)/python -m scripts.pipeline
 PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
 .PHONY: install install-real test test-slow test-real lint bench bench-real mutate demo demo-real demo-dspy demo-prefs pipeline-dpo pipeline-grpo \
-	pipeline-rlhf pipeline-tools pipeline-kto pipeline-distill clean
+	pipeline-rlhf pipeline-tools pipeline-kto pipeline-distill clean gpu-wheels gpu-wheels-test gpu-check-dry
 
 install: $(VENV)/.installed
 
@@ -92,6 +93,21 @@ mutate: install
 # Seconds per step and peak RSS of every method on SmolLM2-135M + LoRA beside tiny (minutes; BENCHMARKS.md).
 bench-real: install-real
 	OMP_NUM_THREADS=1 $(BIN)/python bench/bench_real.py
+
+# The prepared GPU check (docs/gpu.md). gpu-wheels: trl, datasets, their missing dependencies and rlft's own
+# wheel for the device's Python (3.12, manylinux x86_64), in GPU_WHEELS (git-ignored), checked under 64 MiB.
+# gpu-wheels-test: that folder installs offline (--no-index) into a fresh venv holding torch, transformers, peft,
+# accelerate, typer, rich and the device's other packages rlft needs; then `rlft --help` and a tiny `rlft sft` run
+# (minutes: it installs a venv). gpu-check-dry: every step of bench/gpu_check.sh on the CPU at tiny sizes.
+GPU_WHEELS ?= gpu-wheels
+gpu-wheels: install
+	$(BIN)/python bench/gpu_wheels.py --out $(GPU_WHEELS)
+
+gpu-wheels-test: gpu-wheels
+	OMP_NUM_THREADS=1 GPU_WHEELS=$(GPU_WHEELS) $(BIN)/python -m pytest -q -m slow tests/test_gpu_wheels.py
+
+gpu-check-dry: install
+	OMP_NUM_THREADS=1 PYTHON=$(BIN)/python bash bench/gpu_check.sh --dry-run
 
 # SmolLM2-135M + LoRA on word problems (chat prompts + "End with 'The answer is N.'"): a short SFT for the
 # format, then RL (RL=grpo, rloo or bootstrap) for the answers; held-out pass@1 on every test row before -> after each
