@@ -11,7 +11,7 @@ rows to the prompt's G rows (an index, so the gradient of every copy flows back 
 then runs the rest: the prompt's last token and the completion, 8 x 49 positions here. The model sees the
 same positions (the default arange, continued from the cache), the same attention mask and the same tokens,
 so the log-probabilities and their gradients are those of the full pass up to float rounding
-(tests/test_prompt_sharing.py checks both against TRL's own path). The completion part goes through TRL's
+(tests/speed/test_prompt_sharing.py checks both against TRL's own path). The completion part goes through TRL's
 fused LM head as TRL calls it (`fused_lm_head=True` with labels), so temperature and the entropy are TRL's.
 
 It applies where the trainer's call is a plain text batch on the CPU (no images, no MoE auxiliary loss),
@@ -47,7 +47,7 @@ LANE_SHARE = 0.75
 # the most positions in one lane (at least one row's tail): the lane's attention and mask grow with its square
 LANE_POSITIONS = 1024
 # transformers' model types whose positions come from position_ids alone and whose attention takes a 4D mask
-# as given (tests/test_prompt_sharing.py checks each against the row layout). Not OPT (positions from the 2D
+# as given (tests/speed/test_prompt_sharing.py checks each against the row layout). Not OPT (positions from the 2D
 # mask's cumsum: the lanes would shift them) nor ALiBi models (Falcon, Bloom: the bias is built from the mask).
 LANE_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "phi3", "smollm3"})
 

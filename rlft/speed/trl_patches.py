@@ -10,7 +10,7 @@ backward, by (prompt + completion) / completion: on SmolLM2-135M with 2 prompts 
 log-prob function alone, bf16, one thread: 2.9 against 0.9 CPU-seconds forward + backward; BENCHMARKS.md).
 `score_labelled_positions_only()` makes TRL take its own compact path on the CPU by answering its "is this a
 Triton device" question for that choice only (the kernel choice in trl.kernels keeps its own answer: the
-torch tiles). The per-token values are the same; tests/test_decode.py checks them against the full path.
+torch tiles). The per-token values are the same; tests/speed/test_decode.py checks them against the full path.
 
 Narrower vocabulary tiles on the CPU. The same function projects 32,768 vocabulary entries per tile, so each
 tile and each temporary of its log-sum-exp fold is [positions, 32768] fp32: 39-50 MB for 300-384 positions,
@@ -24,7 +24,7 @@ written as its kernel reads: the forward scales the logits into new tensors twic
 multiplies and sums, each pass a new tile-sized temporary; the backward recomputes the tile and makes some twelve
 more (zeros, one-hot, differences, products, copies). `lean_cpu_tiles()` swaps in folds that work in the tile
 TRL hands over (it is scratch: the projection's output, rewritten for the next tile), with the same products in
-the same order for the log-probabilities and their gradient (bit for bit TRL's; tests/test_decode.py) and the
+the same order for the log-probabilities and their gradient (bit for bit TRL's; tests/speed/test_decode.py) and the
 entropy's sum taken over (z - max) (to float rounding). Anything else (soft-capping, the other optional outputs,
 an entropy gradient, a half-precision tile) goes to TRL's own fold. SmolLM2 + LoRA, four captured GRPO batches
 (247-356 scored positions), three passes each, alternating, two threads: the folds took 0.36 s against TRL's

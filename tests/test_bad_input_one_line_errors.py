@@ -4,7 +4,7 @@ issue names them, as one table, plus Ctrl-C outside training.
 Each table case builds what it needs in tmp_path, runs the real CLI and asserts exit 2, one `error:` line
 naming the problem with its `fix:` line, no traceback, and that nothing under tmp_path was created, changed or
 removed (every path listed with a hash of its bytes). The cases already tested elsewhere are listed in
-tests/test_bad_input_outputs.py and tests/test_bad_input_reading.py.
+tests/test_run_outputs.py and tests/test_bounded_reading.py.
 """
 
 from __future__ import annotations

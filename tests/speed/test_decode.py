@@ -570,7 +570,7 @@ def test_keep_freed_memory_serves_large_blocks_from_the_heap_and_keeps_them(tmp_
 
     if not hasattr(ctypes.CDLL(None), "mallinfo2"):
         pytest.skip("not glibc >= 2.33")
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     script = tmp_path / "mallinfo.py"
     script.write_text(_MALLINFO)
 

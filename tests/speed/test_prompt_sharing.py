@@ -187,7 +187,10 @@ def _family_policy(model_type: str):
     return model.eval()  # no dropout (OPT's default is 0.1): the passes must be comparable
 
 
-@pytest.mark.parametrize("model_type", sorted(__import__("rlft.speed.prompt_sharing").speed.prompt_sharing.LANE_MODEL_TYPES))
+_LANE_TYPES = sorted(__import__("rlft.speed.prompt_sharing").speed.prompt_sharing.LANE_MODEL_TYPES)
+
+
+@pytest.mark.parametrize("model_type", _LANE_TYPES)
 def test_lanes_give_the_full_pass_in_every_family_they_take(model_type, monkeypatch):
     """Each model type the lanes are allowed for: log-probs, entropies and gradients of the full pass."""
     import rlft.speed.prompt_sharing as sharing

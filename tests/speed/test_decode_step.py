@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.test_decode import _lean_agrees, _small  # noqa: E402
+from tests.speed.test_decode import _lean_agrees, _small  # noqa: E402
 
 
 def _agree(model, atol=2e-5):
