@@ -119,12 +119,7 @@ def _run_process(chosen: str, limits: Limits, job_: dict, cap: int, started: flo
     job = job_line(job_, limits, False)
     argv, work, env, fds = isolation.command(chosen, limits.disk_mb, harness.child_source(), sandbox_uid(slot))
     try:
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    cwd=work or "/", env=env, start_new_session=True, close_fds=True, pass_fds=fds)
-        finally:
-            for fd in fds:
-                os.close(fd)
+        proc = start(argv, work, env, fds)
         out, err = _Reader(proc.stdout, cap + 1), _Reader(proc.stderr, STDERR_LIMIT)
         threading.Thread(target=_feed, args=(proc.stdin, job), daemon=True).start()
         expired = threading.Event()  # a timer, not wait(timeout=): that polls, adding up to 50 ms per process
@@ -305,3 +300,14 @@ class _Reader(threading.Thread):
     def data(self) -> bytes:
         self.join(timeout=2.0)  # every writer is dead by now, so EOF is immediate
         return b"".join(self.chunks)
+
+
+def start(argv: list[str], work: str | None, env: dict, fds: list[int]) -> subprocess.Popen:
+    """Start one sandbox process (isolation.command's argv) in a session of its own, handing it `fds` and
+    closing them here whether or not it started."""
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                cwd=work or "/", env=env, start_new_session=True, close_fds=True, pass_fds=fds)
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -249,12 +249,7 @@ def _run_judge(chosen: str, limits: Limits, code: str, case: JudgeCase) -> tuple
     argv, work, env, fds = isolation.command(chosen, limits.disk_mb, harness.child_source(),
                                              processes.sandbox_uid(processes.current_slot()))
     try:
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    cwd=work or "/", env=env, start_new_session=True, close_fds=True, pass_fds=fds)
-        finally:
-            for fd in fds:
-                os.close(fd)
+        proc = processes.start(argv, work, env, fds)
         err = processes._Reader(proc.stderr, STDERR_LIMIT)
         lines: queue.Queue = queue.Queue()
 
