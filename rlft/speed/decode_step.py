@@ -57,7 +57,8 @@ def _layout_classes(model):
 
 
 def _transformers_forward(cls, modeling_file: str) -> bool:
-    """Whether `cls.forward` is the one its modeling file defines, wrapped only by transformers' decorators."""
+    """Whether `cls.forward` is the one its modeling file defines, wrapped only by transformers' decorators or by
+    the `kernels` package's function router (`_kernels_router`; transformers 5.25+ installs kernels)."""
     import os
 
     import transformers
@@ -67,10 +68,47 @@ def _transformers_forward(cls, modeling_file: str) -> bool:
     if f is None:
         return False
     while getattr(f, "__wrapped__", None) is not None:
-        if not getattr(getattr(f, "__code__", None), "co_filename", "").startswith(root):
+        source = getattr(getattr(f, "__code__", None), "co_filename", "")
+        if not (source.startswith(root) or _kernels_router(f)):
             return False  # a wrapper from outside transformers
         f = f.__wrapped__
     return getattr(getattr(f, "__code__", None), "co_filename", None) == modeling_file
+
+
+# kernels' own function names: the forward wrapper `use_kernelized_func` puts on a class, and the module a
+# decorated function becomes (both in kernels/_internals/layer/layer.py)
+_ROUTER = "use_kernelized_func.<locals>.decorator.<locals>.new_forward"
+_FUNC_FORWARD = "_create_func_module.<locals>.Func.forward"
+
+
+def _from_kernels(f, qualname: str) -> bool:
+    import os
+    import sys
+
+    kernels = sys.modules.get("kernels")
+    code = getattr(f, "__code__", None)
+    if kernels is None or code is None:
+        return False
+    # the code object's name: functools.wraps gives the wrapper the wrapped function's __qualname__
+    name = getattr(code, "co_qualname", None) or code.co_name
+    return (name == (qualname if hasattr(code, "co_qualname") else qualname.rsplit(".", 1)[-1])
+            and code.co_filename.startswith(os.path.dirname(kernels.__file__)))
+
+
+def _kernels_router(f) -> bool:
+    """Whether `f` is kernels' `use_kernelized_func` wrapper: it routes the modeling file's module-level
+    functions (Llama's `apply_rotary_pos_emb`) through per-instance modules that `kernels.kernelize` may swap
+    for a hub kernel, and otherwise calls the functions as written. `_kernel_funcs_plain` checks the instances."""
+    return _from_kernels(f, _ROUTER)
+
+
+def _kernel_funcs_plain(module) -> bool:
+    """Every per-instance function module kernels attached to `module` still runs the original function: its
+    class's forward is kernels' router, nothing set on the instance (kernelize sets `forward` and
+    `_kernel_repo` there), no hooks."""
+    funcs = module.__dict__.get("_kernel_funcs") or {}
+    return all(_plain(f) and "_kernel_repo" not in f.__dict__
+               and _from_kernels(type(f).__dict__.get("forward"), _FUNC_FORWARD) for f in funcs.values())
 
 
 def _plain(module) -> bool:
@@ -129,7 +167,7 @@ def eligible(model) -> bool:
 
     if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
         return False  # hooks on every module's call: the skipped calls would miss them
-    return all(_plain(m) for m in skipped)
+    return all(_plain(m) and _kernel_funcs_plain(m) for m in skipped)
 
 
 def step_fn(model, cache):

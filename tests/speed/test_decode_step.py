@@ -112,3 +112,30 @@ def test_sdpa_bf16_logits_are_the_models_bit_for_bit(family):
     (rlft's merged sampling copy on CPUs with bf16 units) a fused multiply-add there changed greedy tokens."""
     model = _small(family).to(torch.bfloat16)
     assert _lean_agrees(model, atol=0.0)
+
+
+def test_a_kernelized_rotary_function_is_not_bypassed():
+    """transformers 5.25+ routes Llama's apply_rotary_pos_emb through a per-attention module of the `kernels`
+    package, which `kernels.kernelize` swaps for a hub kernel by setting its instance forward. The router
+    itself is accepted (the lean step runs on a plain install); a swapped function on any layer declines it,
+    and the decode then gives the model's own (changed) logits."""
+    import types
+
+    pytest.importorskip("kernels")
+    model = _small("llama")
+    from rlft.speed.decode_step import eligible
+
+    funcs = model.model.layers[1].self_attn.__dict__.get("_kernel_funcs")
+    if not funcs:
+        pytest.skip("this transformers does not route functions through kernels")
+    assert eligible(model), "kernels' router alone should not decline the lean step"
+    name, func = next(iter(funcs.items()))
+    original = type(func).forward
+
+    def halved(self, q, k, *args, **kwargs):
+        q2, k2 = original(self, q, k, *args, **kwargs)
+        return 0.5 * q2, k2
+
+    func.forward = types.MethodType(halved, func)  # what kernelize does with a hub kernel
+    assert not eligible(model)
+    _agree(model)
