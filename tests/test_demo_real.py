@@ -6,6 +6,7 @@ import json
 import time
 from contextlib import closing
 
+import pytest
 from helpers import DATA, ROOT
 
 from rlft.verifiers.math import math_reward
@@ -54,6 +55,7 @@ def test_demo_real_refuses_a_folder_without_its_files(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow  # over 15 s: make test-slow
 def test_rl_seeds_side_by_side_train_as_each_would_alone(tmp_path, sft_short, one_thread, monkeypatch):
     """Two GRPO seeds as two processes at once (what demo-real does with --seeds 1,2) give the rows, command
     records and training of each seed run on its own in-process; each row starts from the SFT model's score.
@@ -122,6 +124,7 @@ def test_the_rl_budget_leaves_room_for_loading_scoring_and_saving():
     assert rl_minutes(0, 300, 90) is None
 
 
+@pytest.mark.slow  # over 15 s: make test-slow
 def test_a_failed_side_by_side_stage_stops_the_others_and_the_pipeline_with_its_exit_code(tmp_path, sft_short):
     import pytest
     import typer

@@ -36,6 +36,7 @@ def check_run(r: subprocess.CompletedProcess, out: Path, steps: int) -> dict:
     return summary
 
 
+@pytest.mark.slow  # over 15 s: make test-slow
 def test_sft_under_two_process_ddp(tmp_path, tiny_dir):
     out = tmp_path / "sft"
     r = torchrun("sft", "--recipe", "recipes/sft_tiny_short.yaml", "--model", str(tiny_dir), "--max-steps", "20",
@@ -46,6 +47,7 @@ def test_sft_under_two_process_ddp(tmp_path, tiny_dir):
     assert summary["final_metrics"]["epoch"] == pytest.approx(20 / 7, abs=0.01)
 
 
+@pytest.mark.slow  # over 15 s: make test-slow
 def test_busy_output_dir_is_still_refused_under_ddp(tmp_path, tiny_dir):
     out = tmp_path / "busy"
     out.mkdir()

@@ -55,6 +55,7 @@ def test_alarms_column_lists_each_alarm_with_its_step(tmp_path):
     assert _alarms(tmp_path) == "reward_hacking@100, length_hacking@150"
 
 
+@pytest.mark.slow  # over 15 s: make test-slow
 def test_failed_stage_stops_the_pipeline_with_its_exit_code(tmp_path):
     r = subprocess.run([sys.executable, "-m", "scripts.pipeline", "dpo", "--model", "tiny", "--out", str(tmp_path),
                         "--sft-data", str(tmp_path / "missing.jsonl")], capture_output=True, text=True,
