@@ -180,6 +180,8 @@ def _fmt(v: Any) -> str:
 
 
 def _cell(text: Any, n: int = 80) -> str:
+    if isinstance(text, list) and text and isinstance(text[-1], dict):  # a chat prompt: its last message
+        text = text[-1].get("content", "")
     s = str(text).replace("\n", "\\n").replace("|", "\\|")
     return "`" + (s if len(s) <= n else s[:n - 1] + "…") + "`"
 

@@ -149,13 +149,13 @@ def best_and_worst(rows: list[dict], prompts: int) -> list[dict]:
     mixed groups before uniform ones on ties, and the group holding the step's worst completion last."""
     groups: dict[str, list[dict]] = {}
     for r in rows:
-        if r.get("reward") is not None:
-            groups.setdefault(r["prompt"], []).append(r)
+        if r.get("reward") is not None:  # a chat prompt (a message list) is grouped by its last message
+            groups.setdefault(_text(r["prompt"]), []).append(r)
     out = []
-    for prompt, group in groups.items():
+    for group in groups.values():
         ordered = sorted(group, key=lambda r: r["reward"], reverse=True)
         best, worst = ordered[0], ordered[-1]
-        out.append({"prompt": prompt, "n": len(group),
+        out.append({"prompt": group[0]["prompt"], "n": len(group),
                     "best": {"completion": best["completion"], "reward": round(best["reward"], 4)},
                     "worst": {"completion": worst["completion"], "reward": round(worst["reward"], 4)}})
     out.sort(key=lambda g: (g["best"]["reward"], g["best"]["reward"] - g["worst"]["reward"]), reverse=True)
@@ -177,8 +177,9 @@ def best_and_worst_rows(rows: list[dict], k: int) -> list[dict]:
              "worst": {"completion": r["completion"], "reward": round(r["reward"], 4)}} for r in picked]
 
 
-def _short(text: str, n: int = 60) -> str:
-    text = text.replace("\n", "\\n")
+def _short(text: Any, n: int = 60) -> str:
+    """One line of at most `n` characters; a chat prompt (a message list) shows its last message."""
+    text = _text(text).replace("\n", "\\n")
     return text if len(text) <= n else text[:n - 1] + "…"
 
 
