@@ -171,6 +171,7 @@ def score_episodes(model, tok, rows: list[dict], setup, scorer=None, max_new_tok
     was_training = model.training
     model.eval()
     out = []
+    failed_before = sum(setup.stats.env.counts.values())
     try:
         for row in rows:
             tools, observation, env = setup.episode_tools(row)
@@ -192,6 +193,10 @@ def score_episodes(model, tok, rows: list[dict], setup, scorer=None, max_new_tok
                         "answered": not completion[-1].get("tool_calls")})
     finally:
         model.train(was_training)
+    if rows and sum(setup.stats.env.counts.values()) - failed_before >= len(rows):
+        from rlft.tools.process import all_failed
+
+        raise all_failed(setup.stats, f"all {len(rows)} episodes")
     return out
 
 

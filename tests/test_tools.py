@@ -142,7 +142,7 @@ def test_the_shipped_calculator_environment():
     assert env.calculate(expression="(23*47)-1") == "1080"
     with pytest.raises(ToolError) as info:
         env.calculate(expression="__import__('os').system('true')")
-    assert info.value.kind == "raised" and env.calls == 2
+    assert info.value.kind == "raised" and stats.calls == 2  # the instance itself lives in the tool process
 
 
 def _env(tmp_path, body: str) -> str:
