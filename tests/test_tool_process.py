@@ -208,14 +208,14 @@ def test_every_episode_failing_is_one_line_naming_the_method_and_row(cli, tmp_pa
 
 
 def test_a_hanging_reset_on_one_row_costs_its_episode_in_grpo(cli, tmp_path, tiny_dir):
-    data = write_jsonl(tmp_path / "p.jsonl", ROWS)
+    data = write_jsonl(tmp_path / "p.jsonl", ROWS[:2])  # one batch: both rows, the second hangs
     out = tmp_path / "run"
     env = _env(tmp_path, "if answer == '17':\n            while True:\n                try:\n"
                          "                    time.sleep(30)\n                except:\n                    pass")
     began = time.monotonic()
     r = cli("grpo", "-d", data, "--env", env, "--verifier", "math", "-o", out, "--max-steps", "1",
-            "--batch-size", "6", "--num-generations", "2", "--set", "grpo.tool_timeout=1",
-            "--set", "grpo.max_completion_length=8", "--no-preflight")
+            "--batch-size", "4", "--num-generations", "2", "--set", "grpo.tool_timeout=1",
+            "--set", "grpo.max_completion_length=4", "--no-preflight")
     assert r.code == 0, r.text
     counts = json.loads((out / "tools.json").read_text())
     assert counts["env_failed_episodes"].get("reset", 0) >= 1
