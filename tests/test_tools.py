@@ -37,13 +37,16 @@ def boom(x: str) -> str:
 
 
 def slow(x: str) -> str:
-    """Sleeps far past any timeout.
+    """Sleeps far past any timeout, and swallows whatever interrupts it (a bare-except retry loop).
 
     Args:
         x: anything
     """
-    time.sleep(60)
-    return "late"
+    while True:
+        try:
+            time.sleep(60)
+        except:  # noqa: E722 - the hostile tool: only killing its process ends it
+            pass
 
 
 def spin(x: str) -> str:

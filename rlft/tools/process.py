@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from rlft.tools import wire
 from rlft.tools.containment import ToolError, _result_text
 
 LOAD_TIMEOUT = 120.0  # importing the user's file (it may import numpy, sympy, ...)
-_LIVE: set = set()
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # killed at exit; a worker nobody holds is killed when collected
 
 
 def _close_all() -> None:
@@ -139,6 +140,12 @@ class Worker:
             return proc.wait(5)
         except subprocess.TimeoutExpired:
             return None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown
+            pass
 
     def close(self) -> None:
         with self.lock:
