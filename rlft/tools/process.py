@@ -124,6 +124,9 @@ class Worker:
                 code = self.kill()
                 self.restarts += 1
                 return {"raised": f"its process ended (exit code {code}; {exc})", "kind": "raised"}
+            except BaseException:  # Ctrl-C / SIGTERM mid-call: its answer would answer the next request
+                self.kill()
+                raise
 
     def kill(self) -> int | None:
         proc, self.proc = self.proc, None
