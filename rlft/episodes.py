@@ -171,7 +171,9 @@ def score_episodes(model, tok, rows: list[dict], setup, scorer=None, max_new_tok
     was_training = model.training
     model.eval()
     out = []
-    failed_before = sum(setup.stats.env.counts.values())
+    failures = setup.stats.env
+    before = failures.counts.copy()
+    failed_before = sum(failures.counts.values())
     try:
         for row in rows:
             tools, observation, env = setup.episode_tools(row)
@@ -193,6 +195,7 @@ def score_episodes(model, tok, rows: list[dict], setup, scorer=None, max_new_tok
                         "answered": not completion[-1].get("tool_calls")})
     finally:
         model.train(was_training)
+        failures.outside.update(failures.counts - before)  # not a training batch's (rlft.tools.process.watch_batches)
     if rows and sum(setup.stats.env.counts.values()) - failed_before >= len(rows):
         from rlft.tools.process import all_failed
 

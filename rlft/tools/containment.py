@@ -195,6 +195,7 @@ class EnvFailures:
 
     counts: Counter = field(default_factory=Counter)
     last: dict = field(default_factory=dict)
+    outside: Counter = field(default_factory=Counter)  # those of episodes rlft played itself (held-out, eval)
 
     def add(self, method: str, message: str, row: dict | None) -> None:
         self.counts[method] += 1

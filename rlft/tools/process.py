@@ -387,16 +387,16 @@ def watch_batches(trainer, stats) -> None:
     mark = {"reset": 0, "get_reward": 0}
 
     def checked_generate(prompts, *args, **kwargs):
-        n = stats.env.counts["reset"] - mark["reset"]
-        mark["reset"] = stats.env.counts["reset"]
+        now = stats.env.counts["reset"] - stats.env.outside["reset"]  # training episodes only
+        n, mark["reset"] = now - mark["reset"], now
         if prompts and n >= len(prompts):
             raise all_failed(stats, f"every episode of a batch ({len(prompts)})")
         return generate(prompts, *args, **kwargs)
 
     def checked_rewards(inputs, *args, **kwargs):
         out = rewards(inputs, *args, **kwargs)
-        n = stats.env.counts["get_reward"] - mark["get_reward"]
-        mark["get_reward"] = stats.env.counts["get_reward"]
+        now = stats.env.counts["get_reward"] - stats.env.outside["get_reward"]
+        n, mark["get_reward"] = now - mark["get_reward"], now
         if inputs and n >= len(inputs):
             raise all_failed(stats, f"every episode of a batch ({len(inputs)})")
         return out
