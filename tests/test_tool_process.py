@@ -257,3 +257,10 @@ def test_an_environment_instance_rebuilt_after_its_worker_was_killed(tmp_path):
     with pytest.raises(ToolError, match="lost"):
         a.look(key="k")  # a lived in the killed worker
     assert a.reset(prompt="p", answer="1") is None and a.look(key="k") == "k"  # rebuilt at its next reset
+
+
+@pytest.mark.parametrize("value", ["nan", "0", "-1"])
+def test_eval_tool_timeout_must_be_a_positive_number(cli, tmp_path, value):
+    data = write_jsonl(tmp_path / "t.jsonl", ROWS)
+    r = cli("eval", "-m", "tiny", "-d", data, "--env", _env(tmp_path), "--verifier", "math", "--tool-timeout", value)
+    assert r.code == 2 and "Traceback" not in r.text and "tool-timeout" in r.text
