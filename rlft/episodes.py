@@ -171,6 +171,9 @@ def score_episodes(model, tok, rows: list[dict], setup, scorer=None, max_new_tok
     was_training = model.training
     model.eval()
     out = []
+    failures = setup.stats.env
+    before = failures.counts.copy()
+    failed_before = sum(failures.counts.values())
     try:
         for row in rows:
             tools, observation, env = setup.episode_tools(row)
@@ -192,6 +195,11 @@ def score_episodes(model, tok, rows: list[dict], setup, scorer=None, max_new_tok
                         "answered": not completion[-1].get("tool_calls")})
     finally:
         model.train(was_training)
+        failures.outside.update(failures.counts - before)  # not a training batch's (rlft.tools.process.watch_batches)
+    if rows and sum(setup.stats.env.counts.values()) - failed_before >= len(rows):
+        from rlft.tools.process import all_failed
+
+        raise all_failed(setup.stats, f"all {len(rows)} episodes")
     return out
 
 

@@ -371,9 +371,13 @@ def merged_parent(adapter: str, base: str, head: str = "causal") -> Path:
     if (out / "config.json").exists():
         if intact(out):
             return out
-        print(f"note: the merged-parent cache {out} is damaged (a weights file is missing or not the size "
-              "merged_from.json recorded): rebuilding it", file=__import__("sys").stderr)
-        __import__("shutil").rmtree(out)
+        print(f"note: the merged-parent cache {out} is damaged (a weights file is missing, or not the size "
+              "and SHA-256 merged_from.json recorded): rebuilding it", file=__import__("sys").stderr)
+        try:
+            __import__("shutil").rmtree(out)
+        except OSError as exc:
+            raise UserError(f"the merged-parent cache {out} is damaged and could not be removed ({exc})",
+                            f"remove it (rm -rf {out}) and run the command again") from None
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification

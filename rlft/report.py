@@ -232,6 +232,9 @@ def render_markdown(run: dict[str, Any], written: list[tuple[Panel, Path]]) -> s
         kinds = ", ".join(f"{k} {v}" for k, v in sorted((t.get("by_kind") or {}).items())) or "none"
         lines.append(f"- tools: {t.get('tool_calls')} calls reached a tool, {t.get('tool_errors')} bad (each cost "
                      f"its episode, not the run: {kinds}); token/rendering mismatches {t.get('render_mismatches')}")
+        if t.get("env_failed_episodes"):
+            lines.append("- environment: episodes a failing method cost (the run went on): " + ", ".join(
+                f"{m} {n}" for m, n in sorted(t["env_failed_episodes"].items())))
     if summary.get("stopped_by"):
         lines.append(f"- stopped by the **{summary['stopped_by'].get('name')}** alarm; checkpoint "
                      f"`{summary.get('checkpoint')}`")

@@ -136,14 +136,26 @@ def build_once(path: Path, build) -> Path:
     return path
 
 
-def record_files(folder: Path) -> dict[str, int]:
-    """{file name: size} of a built cache folder's weights, for `intact` (recorded in merged_from.json)."""
-    return {f.name: f.stat().st_size for f in sorted(folder.glob("*.safetensors"))}
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def record_files(folder: Path) -> dict[str, dict]:
+    """{file name: {size, sha256}} of a built cache folder's weights, for `intact` (recorded in
+    merged_from.json)."""
+    return {f.name: {"size": f.stat().st_size, "sha256": _sha256(f)} for f in sorted(folder.glob("*.safetensors"))}
 
 
 def intact(folder: Path, manifest: str = "merged_from.json") -> bool:
-    """A built cache folder whose weights are all there at the sizes its manifest recorded (a truncated or
-    deleted file fails); a folder from before sizes were recorded counts as intact."""
+    """A built cache folder whose weights are all there with the sizes and SHA-256 its manifest recorded (a
+    truncated, deleted or overwritten file fails; the hash is read only when the size matches); a manifest of
+    sizes only (older caches) is checked on sizes, one without files counts as intact."""
     import json
 
     try:
@@ -152,7 +164,14 @@ def intact(folder: Path, manifest: str = "merged_from.json") -> bool:
         return False
     if not isinstance(recorded, dict):
         return True
-    return all((folder / name).is_file() and (folder / name).stat().st_size == size for name, size in recorded.items())
+    for name, want in recorded.items():
+        f = folder / name
+        want = want if isinstance(want, dict) else {"size": want}
+        if not f.is_file() or f.stat().st_size != want.get("size"):
+            return False
+        if "sha256" in want and _sha256(f) != want["sha256"]:
+            return False
+    return True
 
 
 def check_gguf_header(src: Path) -> None:

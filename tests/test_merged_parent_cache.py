@@ -1,12 +1,16 @@
-"""A damaged merged-parent cache (chained LoRA) is detected from the sizes merged_from.json records and rebuilt,
+"""A damaged merged-parent cache (chained LoRA) is detected from the sizes and SHA-256 merged_from.json records and
+rebuilt,
 instead of a safetensors header error that names neither the cache nor its fix."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 
-def test_a_truncated_merged_parent_is_rebuilt(tmp_path, tiny_dir, capsys):
+
+@pytest.mark.parametrize("damage", ["truncated", "same_size_corrupted"])
+def test_a_damaged_merged_parent_is_rebuilt(tmp_path, tiny_dir, capsys, damage):
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -22,9 +26,14 @@ def test_a_truncated_merged_parent_is_rebuilt(tmp_path, tiny_dir, capsys):
     out = merged_parent(str(adapter), str(tiny_dir))
     files = json.loads((out / "merged_from.json").read_text())["files"]
     weights = out / next(iter(files))
-    assert weights.stat().st_size == files[weights.name]
+    assert weights.stat().st_size == files[weights.name]["size"]
     good = weights.read_bytes()
-    weights.write_bytes(good[: len(good) // 2])  # truncated, as a full disk or a killed copy leaves it
+    if damage == "truncated":  # as a full disk or a killed copy leaves it
+        weights.write_bytes(good[: len(good) // 2])
+    else:  # bit rot or an overwrite: the size is right, the bytes are not (past the header: it still parses)
+        bad = bytearray(good)
+        bad[-64:] = bytes(64)
+        weights.write_bytes(bytes(bad))
     again = merged_parent(str(adapter), str(tiny_dir))
     assert again == out and weights.read_bytes() == good
     assert "damaged" in capsys.readouterr().err

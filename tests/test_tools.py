@@ -37,13 +37,16 @@ def boom(x: str) -> str:
 
 
 def slow(x: str) -> str:
-    """Sleeps far past any timeout.
+    """Sleeps far past any timeout, and swallows whatever interrupts it (a bare-except retry loop).
 
     Args:
         x: anything
     """
-    time.sleep(60)
-    return "late"
+    while True:
+        try:
+            time.sleep(60)
+        except:  # noqa: E722 - the hostile tool: only killing its process ends it
+            pass
 
 
 def spin(x: str) -> str:
@@ -142,7 +145,7 @@ def test_the_shipped_calculator_environment():
     assert env.calculate(expression="(23*47)-1") == "1080"
     with pytest.raises(ToolError) as info:
         env.calculate(expression="__import__('os').system('true')")
-    assert info.value.kind == "raised" and env.calls == 2
+    assert info.value.kind == "raised" and stats.calls == 2  # the instance itself lives in the tool process
 
 
 def _env(tmp_path, body: str) -> str:

@@ -37,6 +37,9 @@ def eval_(
     tools: Tools = None, env: Env = None,
     max_tool_calls: Annotated[int, typer.Option(help="Tool-calling rounds per episode (with --env/--tools).",
                                                 min=0)] = 4,
+    tool_timeout: Annotated[float, typer.Option(help="Seconds a tool or environment call may take (with "
+                                                "--env/--tools): past it its process is killed, the episode "
+                                                "costs an error.", min=0.001, max=3600)] = 5.0,
     best_of: Annotated[Optional[list[int]], typer.Option(
         "--best-of", help="Best-of-N (repeatable: --best-of 4 --best-of 8 --best-of 16): sample N replies per prompt, "
         "answer with the --reward-model's top one, score it with the verifier (the baseline PPO must beat).",
@@ -67,7 +70,7 @@ def eval_(
         err_console.print(f"note: {format_note}", highlight=False)
     if as_chat:
         rows = wrap_as_chat(rows)
-    setup = _tool_setup(tools, env, rows, samples, verifier, max_tool_calls)
+    setup = _tool_setup(tools, env, rows, samples, verifier, max_tool_calls, tool_timeout)
     if verifier:
         from rlft.verifiers.loading import load_verifiers, validate_gold
 
@@ -106,7 +109,7 @@ def eval_(
         out_console.print(f"n={result.n}  pass@1={result.pass_at_1:.3f}  mean_reward={result.mean_reward:.3f}{extra}")
 
 
-def _tool_setup(tools, env, rows, samples: int, verifier, max_tool_calls: int):
+def _tool_setup(tools, env, rows, samples: int, verifier, max_tool_calls: int, tool_timeout: float = 5.0):
     """--env / --tools checked before any model loads (rlft.tools.make_setup), or None without them."""
     if not tools and not env:
         return None
@@ -120,7 +123,12 @@ def _tool_setup(tools, env, rows, samples: int, verifier, max_tool_calls: int):
     if plain is not None:
         raise UserError(f"row {plain + 1}: the prompt is a plain string; tools are rendered only into a "
                         "conversation", "give prompts as messages, or add --as-chat")
-    setup = make_setup(tools, env, [r.data for r in rows], max_tool_calls=max_tool_calls)
+    if not tool_timeout == tool_timeout:  # NaN passes typer's min/max
+        raise UserError(f"--tool-timeout {tool_timeout} is not a number", "give seconds, e.g. --tool-timeout 5")
+    from rlft.tools import Limits
+
+    setup = make_setup(tools, env, [r.data for r in rows], Limits(timeout=tool_timeout),
+                       max_tool_calls=max_tool_calls)
     if not verifier and not setup.env_reward:
         raise UserError("episodes need a score: no --verifier and the environment has no get_reward()",
                         "pass --verifier NAME (e.g. math), as in training")
@@ -135,13 +143,17 @@ def _episodes(net, tok, model: str, rows, setup, scorer, max_new_tokens: int, js
     tok = tool_tokenizer(tok, model, switch="--chat-template chatml-tools")
     episodes = score_episodes(net, tok, [r.data for r in rows], setup, scorer, max_new_tokens)
     s = {k.removeprefix("heldout_"): round(v, 4) for k, v in summarize(episodes).items()}
+    failed = dict(setup.stats.env.counts)  # episodes a failing reset / get_reward cost (rlft/tools/process.py)
     if json_out:
-        print(json.dumps({"n": len(episodes), **s}, indent=2))
+        print(json.dumps({"n": len(episodes), **s, **({"env_failed_episodes": failed} if failed else {})}, indent=2))
     else:
         out_console.print(f"n={len(episodes)}  task_success={s['task_success']:.3f}  mean_reward="
                           f"{s['mean_reward']:.3f}  tool_calls/episode={s['tool_calls_per_episode']:.2f}  "
                           f"tool_errors/episode={s['tool_errors_per_episode']:.2f}  "
                           f"episodes calling a tool={s['tool_use']:.0%}", highlight=False)
+        if failed:
+            out_console.print("episodes the environment failed: " + ", ".join(
+                f"{m} {n}" for m, n in failed.items()) + f" (last: {setup.stats.env.last})", highlight=False)
 
 
 def _best_of(net, tok, rows, scorer, reward_model: str, best_of: list[int], max_new_tokens: int, temperature: float,

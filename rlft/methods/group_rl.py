@@ -167,6 +167,9 @@ def build(cfg, section: str, out: Path, prepared: Prepared, config_cls, trainer_
 
         trainer.add_callback(counts_callback(tools.stats))
         watch_rendering(trainer, tools.stats, process_console(None))
+        from rlft.tools.process import watch_batches
+
+        watch_batches(trainer, tools.stats)  # a batch of only failed episodes: one line, not a silent run
     return trainer
 
 
@@ -181,6 +184,8 @@ def after(cfg, section: str, trainer, prepared: Prepared) -> dict[str, float]:
         if is_main_process():
             write_json(Path(trainer.args.output_dir) / "tools.json", counts)
         out.update(tool_calls=counts["tool_calls"], tool_errors=counts["tool_errors"])
+        if counts["env_failed_episodes"]:  # episodes a failing reset / get_reward cost (rlft/tools/process.py)
+            out["env_failed_episodes"] = sum(counts["env_failed_episodes"].values())
     if not prepared.eval_rows:
         return out
     if prepared.tools is not None:  # episodes, tools called, as in training (rlft.episodes)

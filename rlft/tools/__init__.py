@@ -1,25 +1,28 @@
 """Tools and environments for `rlft grpo --tools FILE.py` / `--env FILE.py:Class`: load, check, guard.
 
-The package: this module (loading, checks, the guard TRL calls) and `containment` (what a call may not do to the run:
-caps, timeouts, exits, prints, cwd).
+The package: this module (loading, checks, chat templates, one run's setup), `process` (rlft's side of the tool
+worker: the child process the user's file is imported and run in, killed and replaced on a timeout; the stand-ins
+TRL gets), `worker` (the child's side), `wire` (what crosses between them: JSON frames, type hints as data), and
+`containment` (the argument checks, caps and counts, and the in-process guard the worker replaced, kept for
+bench/bench_tool_boundary.py).
 
 rlft plugs into TRL 1.16's own extension points (GRPOTrainer's `tools=` and `environment_factory=`, GRPOConfig's
 `max_tool_calling_iterations`); it does not fork the tool loop (`GRPOTrainer._tool_call_loop`). What TRL does there:
 it parses each completion with the tokenizer's response template, calls `tool(**arguments)`, catches an exception into
 a `{"error": ...}` result, appends `{"role": "tool", "content": str(result)}` and masks the result's tokens out of
 the loss (`tool_mask`), and logs `tools/call_frequency` (calls per episode) and `tools/failure_frequency`.
-Where rlft departs, all inside the callables it hands to TRL (`guard`, `guarded_env_class`):
-  - a per-call timeout (grpo.tool_timeout): SIGALRM on the main thread (where TRL calls sync tools) interrupts the
-    tool, sleeping or looping in Python; elsewhere a watchdog thread gives up on it (the call is left running);
+Where rlft departs, all inside the callables it hands to TRL:
+  - the tools TRL calls are stand-ins (same name, docstring, signature and hints, so the same schema) that run the
+    user's function in its worker process (rlft/tools/process.py), with a per-call timeout (grpo.tool_timeout) past
+    which the worker's process group is killed; an environment's instances live in its worker too;
   - an output cap (grpo.tool_output_chars): TRL would tokenize a 10 MB result whole before dropping it as overlong;
-  - results must be a string (numbers and bools are turned into one): TRL passes a list through as multimodal
-    content, which a text template cannot render (a crash of the run, not of the episode);
+  - results must be a string (numbers are turned into one): TRL passes a list through as multimodal content, which
+    a text template cannot render (a crash of the run, not of the episode);
   - the model's arguments are bound to the signature and checked against the type hints first.
 Each of these raises `ToolError` inside the call, so TRL's own handler turns it into the episode's tool result
-(`{'error': 'timed out after 2s'}`) and counts it in tools/failure_frequency, with unknown names and non-object
-arguments that TRL catches before any tool runs; `ToolStats` counts rlft's kinds for tools.json and the report.
-Environment code itself (constructor, reset, get_reward) is the user's, trusted like a verifier plugin and checked
-before training (`check_tools`: docstrings and type hints TRL can turn into a schema, a dry episode).
+(`{'error': 'timed out after 2s (its process was killed)'}`) and counts it in tools/failure_frequency; `ToolStats`
+counts rlft's kinds for tools.json and the report. A failing reset / get_reward costs its episode (counted); a
+batch whose every episode failed ends the run in one line (`process.watch_batches`).
 """
 
 from __future__ import annotations
@@ -40,51 +43,83 @@ from rlft.tools.containment import (  # noqa: F401  (re-exported: rlft.tools is 
     ToolStats,
     _type_hints,
     contained,
-    guard,
-    guarded_env_class,
     tool_methods,
 )
-from rlft.user_code import load_python_file
+from rlft.tools.containment import (
+    guard as _guard_in_process,
+)
+from rlft.tools.containment import (
+    guarded_env_class as _guarded_env_in_process,
+)
 
 # --------------------------------------------------------------------------- loading and checks
 
 
-def load_tools(path: str) -> list:
-    """The tools of a file: its `TOOLS` list when it has one, else every public function defined in it."""
-    module = load_python_file(Path(path), "tools")
-    listed = getattr(module, "TOOLS", None)
-    fns = list(listed) if listed is not None else [
-        v for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
-        and v.__module__ == module.__name__]
+def load_tools(path: str, limits: Limits = Limits()) -> list:
+    """The tools of a file (its `TOOLS` list when it has one, else every public function defined in it), as
+    stand-ins calling the file's worker process (rlft/tools/process.py: the file is imported there, never in
+    rlft's process), checked."""
+    from rlft.tools.process import remote_tools
+
+    fns = remote_tools(path, limits.timeout, limits.output_chars)
     if not fns:
         raise UserError(f"{path} defines no tool function", "define typed functions with docstrings (or TOOLS = [...])")
     for fn in fns:
-        check_tool(fn, f"{path}:{getattr(fn, '__name__', fn)}")
+        _check_remote(fn, f"{path}:{fn.__name__}")
     check_unique_names(fns, path)
     return fns
 
 
-def load_env(spec: str) -> type:
-    """`FILE.py:Class` -> the class, checked: a callable reset, a no-argument constructor, documented tools."""
+def _check_remote(fn, where: str, method: bool = False) -> None:
+    from rlft.tools.process import hint_problem
+
+    if fn._rlft_desc["async"]:
+        raise UserError(f"tool {where} is async; rlft calls tools synchronously (in its tool process)",
+                        "make it a plain def")
+    problem = hint_problem(fn._rlft_desc, where)
+    if problem is not None:
+        raise problem
+    check_tool(fn, where, method=method)
+
+
+def load_env(spec: str, limits: Limits = Limits()) -> type:
+    """`FILE.py:Class` -> a stand-in class whose instances live in the file's worker process, checked: a
+    callable reset, no static/class-method tools (checked in the worker), documented tools."""
+    from rlft.tools.process import remote_env
+
     path, sep, name = spec.rpartition(":")
     if not sep or not path or not name:
         raise UserError(f"--env '{spec}' is not FILE.py:Class", "name the class, e.g. --env envs/calc.py:Calculator")
-    module = load_python_file(Path(path), "env")
-    cls = getattr(module, name, None)
-    if not inspect.isclass(cls):
-        raise UserError(f"{path} has no class '{name}'", "point --env at a class with reset() and tool methods")
-    if not callable(getattr(cls, "reset", None)):
-        raise UserError(f"{spec} has no reset() method", "TRL's environment contract: def reset(self, **row) -> "
-                                                         "str | None (the string is appended to the prompt)")
-    for n, member in vars(cls).items():
-        if not n.startswith("_") and isinstance(member, (staticmethod, classmethod)):
-            raise UserError(f"{spec}.{n} is a {type(member).__name__}; TRL calls an environment's tools on its "
-                            "instance (self first)", f"make {n} a plain method (def {n}(self, ...))")
+    if not Path(path).is_file():
+        raise UserError(f"env file '{path}' not found", "check the path (relative to the current folder)")
+    cls = remote_env(spec, path, name, limits.timeout, limits.output_chars)
+    if cls._rlft_desc["reward_async"]:
+        raise UserError(f"{spec}.get_reward is async; rlft calls it synchronously", "make it a plain def")
     if not tool_methods(cls):
         raise UserError(f"{spec} has no tool methods", "add public methods with type hints and a docstring")
     for n, m in tool_methods(cls).items():
-        check_tool(m, f"{spec}.{n}", method=True)
+        _check_remote(m, f"{spec}.{n}", method=True)
     return cls
+
+
+def guard(fn, limits: Limits, stats: ToolStats):
+    """A tool as TRL calls it: a worker's stand-in through `process.guard_remote`, an in-process function
+    through `containment.guard` (kept for the boundary benchmark)."""
+    if getattr(fn, "_rlft_worker", None) is not None:
+        from rlft.tools.process import guard_remote
+
+        return guard_remote(fn, limits, stats)
+    return _guard_in_process(fn, limits, stats)
+
+
+def guarded_env_class(cls: type, limits: Limits, stats: ToolStats) -> type:
+    """The environment class TRL builds instances from: the worker's stand-in (`process.guarded_remote_env`), or
+    an in-process class (`containment.guarded_env_class`)."""
+    if getattr(cls, "_rlft_worker", None) is not None:
+        from rlft.tools.process import guarded_remote_env
+
+        return guarded_remote_env(cls, limits, stats)
+    return _guarded_env_in_process(cls, limits, stats)
 
 
 def check_unique_names(fns: list, where: str) -> None:
@@ -132,36 +167,41 @@ def check_tool(fn, where: str, method: bool = False) -> None:
 
 
 def dry_episode(cls: type, row: dict, where: str, timeout: float = 5.0) -> None:
-    """Build the environment, reset it on a training row, read its reward: the user's code, run once before
-    training so a broken environment is one line, not a traceback at step 1."""
-    try:
-        env = contained(cls, {}, timeout)
-    except ToolError as exc:
-        raise UserError(f"{where}(): {exc}", "the constructor must take no arguments") from None
+    """Build the environment, reset it on a training row, read its reward, in its worker process: the user's
+    code, run once before training so a broken environment is one line, not a traceback at step 1."""
+    from rlft.tools.process import OBSERVATION_CHARS, _signature, value
+
+    worker, desc = cls._rlft_worker, cls._rlft_desc
     row = {k: v for k, v in row.items() if not k.startswith(RLFT_KEYS)}
     try:
-        inspect.signature(cls.reset).bind(env, **row)
+        _signature(desc["reset"], method=True).bind(None, **row)
     except TypeError as exc:
         raise UserError(f"{where}.reset cannot take the training rows' fields as keywords ({exc})",
                         "reset receives every field of a row as keywords: def reset(self, **kwargs)") from None
+    env_id = worker.new_id()
     try:
-        obs = contained(env.reset, row, timeout)
-    except ToolError as exc:
-        raise UserError(f"{where}.reset(**row) on the first training row: {exc}",
-                        "reset receives every field of a row as keywords; accept **kwargs for the rest") from None
-    if obs is not None and not isinstance(obs, str):
-        raise UserError(f"{where}.reset returned {type(obs).__name__}", "return None or a string (appended to "
-                                                                        "the prompt)")
-    if callable(getattr(env, "get_reward", None)):
         try:
-            r = contained(env.get_reward, {}, timeout)
+            obs = value(worker.request({"op": "reset", "id": env_id, "kwargs": row}, timeout, OBSERVATION_CHARS),
+                        OBSERVATION_CHARS, "reset")
         except ToolError as exc:
-            raise UserError(f"{where}.get_reward() after reset: {exc}",
-                            "get_reward must work on an episode without tool calls") from None
-        if isinstance(r, bool) or not isinstance(r, (int, float)):
-            raise UserError(f"{where}.get_reward returned {type(r).__name__}", "return a float")
-        if not math.isfinite(r):
-            raise UserError(f"{where}.get_reward returned {r} after reset", "return a finite float")
+            hint = ("the constructor must take no arguments" if "constructor" in str(exc) else
+                    "reset receives every field of a row as keywords; accept **kwargs for the rest")
+            raise UserError(f"{where}.reset(**row) on the first training row: {exc}", hint) from None
+        if obs is not None and not isinstance(obs, str):
+            raise UserError(f"{where}.reset returned {type(obs).__name__}", "return None or a string (appended to "
+                                                                            "the prompt)")
+        if desc["has_reward"]:
+            try:
+                r = value(worker.request({"op": "reward", "id": env_id}, timeout), 2000, "get_reward")
+            except ToolError as exc:
+                raise UserError(f"{where}.get_reward() after reset: {exc}",
+                                "get_reward must work on an episode without tool calls") from None
+            if isinstance(r, bool) or not isinstance(r, (int, float)):
+                raise UserError(f"{where}.get_reward returned {type(r).__name__}", "return a float")
+            if not math.isfinite(r):
+                raise UserError(f"{where}.get_reward returned {r} after reset", "return a finite float")
+    finally:
+        worker.drops.append(env_id)
 
 
 # --------------------------------------------------------------------------- chat templates
@@ -346,9 +386,9 @@ def make_setup(tools_file: str | None, env_spec: str | None, rows: list[dict], l
     the first row (`dry_episode`): what `rlft grpo` trains with and `rlft eval` scores with."""
     setup = ToolSetup(max_tool_calls=max_tool_calls)
     if tools_file:
-        setup.tools = [guard(fn, limits, setup.stats) for fn in load_tools(tools_file)]
+        setup.tools = [guard(fn, limits, setup.stats) for fn in load_tools(tools_file, limits)]
     if env_spec:
-        cls = load_env(env_spec)
+        cls = load_env(env_spec, limits)
         if rows:
             dry_episode(cls, rows[0], env_spec, limits.timeout)
         check_unique_names([*load_tools_names(setup.tools), *tool_methods(cls).values()], f"{tools_file} and "

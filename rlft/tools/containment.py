@@ -1,7 +1,9 @@
-"""How rlft calls tool and environment code (rlft/tools.py loads and checks it; docs/tools.md): each call's
-arguments bound and type-checked, a timeout, stdout/stderr captured, the working directory restored, any exception
-(SystemExit and CancelledError included) an error result for that call, the result turned into capped text; an
-environment's reset and get_reward cost their episode when they fail, counted. All of it in rlft's process."""
+"""How rlft checks and counts a tool call (rlft/tools/__init__.py loads and checks the tools; docs/tools.md): the
+arguments bound and type-checked, the result turned into capped text (`_result_text`), the counts (`ToolStats`,
+`EnvFailures`). `guard`, `contained` and `guarded_env_class` are the in-process guard rlft used before the tool
+worker (rlft/tools/process.py): a SIGALRM timeout, output captured, cwd restored; a bare `except:` loop, a fork or a
+non-daemon thread of the tool's outlive them, which is why tool code now runs in the worker. They are kept for
+bench/bench_tool_boundary.py (the in-process side of the comparison) and for plain functions handed to `guard`."""
 
 from __future__ import annotations
 
@@ -193,6 +195,7 @@ class EnvFailures:
 
     counts: Counter = field(default_factory=Counter)
     last: dict = field(default_factory=dict)
+    outside: Counter = field(default_factory=Counter)  # those of episodes rlft played itself (held-out, eval)
 
     def add(self, method: str, message: str, row: dict | None) -> None:
         self.counts[method] += 1
