@@ -28,6 +28,24 @@ def test_a_round_keeps_only_accepted_distinct_finished_completions_best_first():
     assert keep_accepted(samples, [0.0] * len(samples), threshold=1.0, keep=5) == []
 
 
+def test_a_round_samples_for_its_share_of_the_time_left():
+    from rlft.methods.bootstrap import SAMPLING_SHARE, sampling_deadline
+
+    # the start's check took 3 of 19.5 minutes: round 1 of 3 gets a third of the 16.5 left, 60% of it sampling
+    assert sampling_deadline(180.0, 0.0, 19.5, 1, 3) - 180.0 == pytest.approx(SAMPLING_SHARE * 16.5 * 60 / 3)
+    # the last round gets its share of all that is left; past the limit, nothing
+    assert sampling_deadline(900.0, 0.0, 20.0, 3, 3) - 900.0 == pytest.approx(SAMPLING_SHARE * 300.0)
+    assert sampling_deadline(1300.0, 0.0, 20.0, 2, 3) == 1300.0
+
+
+def test_another_round_starts_only_when_its_fine_tune_and_check_fit():
+    from rlft.methods.bootstrap import round_fits
+
+    # 10 minutes left: 4 after the sampling share, for a fine-tune + check that took 3 (fits) or 5 (does not)
+    assert round_fits(600.0, 0.0, 20.0, 180.0) and not round_fits(600.0, 0.0, 20.0, 300.0)
+    assert not round_fits(1260.0, 0.0, 20.0, 0.0)  # past the limit
+
+
 def test_bands_template_share_and_the_preflight_verdict():
     assert bands([0.0, 0.0, 0.25, 0.5, 0.75, 1.0]) == {"band/none": 2, "band/some": 1, "band/most": 2, "band/all": 1}
     share, text, n = template_share([["The answer is 0."], ["the answer is 0."], ["7"], ["The answer is 0."]])

@@ -522,6 +522,20 @@ def test_measured_flags_skip_the_preflight(monkeypatch, files):
     assert out["method"] == "bootstrap" and out["ready"] is True
 
 
+@pytest.mark.parametrize("gain, method", [(0.0, "grpo"), (-0.02, "grpo"), (0.05, "bootstrap")])
+def test_a_bootstrap_run_whose_last_round_gained_nothing_goes_to_grpo(monkeypatch, files, tmp_path, gain, method):
+    run = tmp_path / "boot"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"method": "bootstrap", "status": "completed", "rounds": 3,
+                                                  "last_round_gain": gain}))
+    monkeypatch.setitem(sys.modules, "rlft.preflight", None)
+    out = choose_json("--data", files["math600"], "--model", str(run), "--pass-rate", "0.3", "--mixed-fraction", "0.5")
+    assert out["method"] == method
+    assert out["rollout_estimate"]["bootstrap_last_round_gain"] == gain
+    assert out["next_command"].startswith(f"rlft {method} ") and f"--model {run}" in out["next_command"]
+    assert ("gained nothing" in out["reasons"][0]) == (method == "grpo")
+
+
 # --------------------------------------------------------------------------- speed, no torch
 
 def test_choose_on_10k_rows_is_fast_and_imports_no_torch(tmp_path):

@@ -1,6 +1,8 @@
 """Generate the arithmetic sample sets (2-digit addition) with a fixed seed.
 
-    python data/arith/make_arith.py [--out data/arith]
+    python data/arith/make_arith.py [--out data/arith] [--seed 1234]
+
+(another --seed: another draw of the same sets, e.g. to rehearse a check on data the recipes were not tuned on).
 
 Problems a+b with two-digit a, b (10..99: 8,100 in all) are shuffled once; the first 200 are held out and
 never trained on by any stage, the other 7,900 feed the training sets:
@@ -48,9 +50,11 @@ def malformed_sum(a: int, b: int, rng: random.Random) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).parent))
-    out = Path(parser.parse_args().out)
+    parser.add_argument("--seed", type=int, default=SEED, help="another draw (default: the shipped files' seed)")
+    args = parser.parse_args()
+    out, seed = Path(args.out), args.seed
     out.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(SEED)
+    rng = random.Random(seed)
     problems = [(a, b) for a in range(10, 100) for b in range(10, 100)]
     rng.shuffle(problems)
     held, rest = problems[:200], problems[200:]
@@ -71,7 +75,7 @@ def main() -> None:
         if name == "pairs_train":
             with open(out / "thumbs_train.jsonl", "w") as f:
                 f.writelines(json.dumps(t) + "\n" for t in thumbs_from_pairs(rows))
-    rm_rng = random.Random(SEED + 1)
+    rm_rng = random.Random(seed + 1)
     rm_rows = [{"prompt": f"{a}+{b}=", "chosen": str(a + b), "rejected": str(wrong)}
                for a, b in rest for wrong in (wrong_sum(a, b, rm_rng), malformed_sum(a, b, rm_rng))]
     rm_rng.shuffle(rm_rows)

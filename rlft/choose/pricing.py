@@ -4,11 +4,15 @@ Seed 002's cost model: GRPO takes S x B x G rollouts (steps x prompts per step x
 BootstrapFinetune one teacher rollout per example (rlft bootstrap: N per prompt and round), trained only on the
 accepted ones. With a measured pass rate (the pre-flight `rlft choose --model` runs), `rule_bootstrap` prices both
 for the prompt count and recommends bootstrap when the model passes sometimes and the reward is 0/1, GRPO when the
-verifier gives partial credit. Pure: no torch; the time per rollout is the pre-flight's, measured.
+verifier gives partial credit or when `--model` is a bootstrap run whose last round gained nothing on its held-out
+check (`last_round_gain` in its summary.json: `bootstrap_gain`). Pure: no torch; the time per rollout is the
+pre-flight's, measured.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 PASS_RATE_HIGH = 0.9         # at p = 0.9 and G = 8, a group is all-correct with probability 0.9^8 = 0.43
@@ -54,6 +58,23 @@ def price(prompts: int, pass_rate: float, seconds_per_rollout: float | None, gro
     return out
 
 
+def bootstrap_gain(model: str | None) -> float | None:
+    """The held-out gain of the last round of the bootstrap run in the folder `model` (its summary.json's
+    `last_round_gain`: the last check's score less the one before), None when `model` is no bootstrap run folder
+    or the run recorded no gain (a single check)."""
+    if not model:
+        return None
+    path = Path(model) / "summary.json"
+    try:
+        summary = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or summary.get("method") != "bootstrap":
+        return None
+    gain = summary.get("last_round_gain")
+    return float(gain) if isinstance(gain, (int, float)) else None
+
+
 def rule_bootstrap(s: Any, r: Any) -> None:
     """With a measured pass rate: bootstrap when the model passes sometimes and the reward is 0/1 (rejection
     sampling keeps every pass, needs no mixed groups, trains only on the accepted rows), GRPO when the verifier
@@ -69,6 +90,14 @@ def rule_bootstrap(s: Any, r: Any) -> None:
                          "gradation, where bootstrap's pass/fail filter would throw them away")
         return
     if s.format_only or "zero_signal" in r.codes():  # prompts always or never solved: bootstrap keeps nothing new
+        return
+    gain = bootstrap_gain(s.model)
+    if gain is not None and r.rollout_estimate:
+        r.rollout_estimate["bootstrap_last_round_gain"] = gain
+    if gain is not None and gain <= 0:
+        r.reasons.insert(0, f"{s.model} is a bootstrap run whose last round gained nothing on its held-out check "
+                            f"({100 * gain:+.1f} points): rejection sampling has kept what it can, so GRPO next, "
+                            "from that model (it also pushes down the wrong samples, which bootstrap throws away)")
         return
     r.method = "bootstrap"
     r.reasons = [x for x in r.reasons if "GRPO samples G answers" not in x]  # rule_signal's GRPO line

@@ -64,6 +64,25 @@ TEMPLATE_SHARE, TEMPLATE_MIN = 0.3, 5  # template_answers: one text kept for >= 
 SAMPLING_SHARE = 0.6  # with train.max_minutes: a round samples for at most this share of its time
 
 
+def round_fits(now: float, began: float, limit_minutes: float, tail_seconds: float) -> bool:
+    """Whether another round fits in train.max_minutes: what is left after its sampling (1 - SAMPLING_SHARE of
+    the time left, sampling_deadline's last-round share) holds the last round's fine-tune and check again, so the
+    run ends near its limit instead of a whole fine-tune and check past it."""
+    left = began + 60 * limit_minutes - now
+    return left > 0 and (1 - SAMPLING_SHARE) * left >= tail_seconds
+
+
+def sampling_deadline(now: float, began: float, limit_minutes: float, k: int, rounds: int) -> float:
+    """When round k (of `rounds`) stops sampling under train.max_minutes: SAMPLING_SHARE of its part of the time
+    left, the time left shared equally by the rounds still to run (k..rounds); the rest of its part is for its
+    fine-tune and held-out check. What the start's held-out check or a slow round took comes out of every later
+    round, not the next one alone (a fixed k/rounds schedule left round 1 a fifth of its share after the start's
+    check on a loaded machine).
+    """
+    left = max(0.0, began + 60 * limit_minutes - now)
+    return now + SAMPLING_SHARE * left / max(1, rounds - k + 1)
+
+
 # --------------------------------------------------------------------------- plan (--dry-run)
 
 
@@ -231,18 +250,19 @@ def _rounds(cfg: RunConfig, run_, prepared: Prepared, interrupt) -> RunResult:
     first_rate: float | None = None
     rounds_done, total_rollouts, total_tokens, last_gain = 0, 0, 0, None
     timed_out = None
+    tail = 0.0  # the last round's fine-tune + held-out check, seconds
     for k in range(1, sec["rounds"] + 1):
         if interrupt.signum is not None:
             break
         now = time.time()
-        if limit and k > 1 and now - began > 60 * limit:  # round 1 always runs (its pre-flight samples at least)
-            timed_out = f"train.max_minutes={limit:g} reached before round {k}"
+        # round 1 always runs (its pre-flight samples at least); a later one only when its fine-tune and check fit
+        if limit and k > 1 and not round_fits(now, began, limit, tail):
+            timed_out = (f"train.max_minutes={limit:g} reached before round {k}" if now - began > 60 * limit else
+                         f"train.max_minutes={limit:g}: round {k}'s fine-tune and check ({tail:.0f} s last round) "
+                         "would not fit in what is left")
             console.print(f"[yellow]time limit[/]: {timed_out}; the run ends with the rounds it has", highlight=False)
             break
-        deadline = None
-        if limit:
-            round_end = began + 60 * limit * k / sec["rounds"]
-            deadline = now + SAMPLING_SHARE * max(0.0, round_end - now)
+        deadline = sampling_deadline(now, began, limit, k, sec["rounds"]) if limit else None
         idx = [((k - 1) * per_round + i) % len(rows) for i in range(per_round)]
         todo = [i for i in idx if id(rows[i]) not in early or k > 1]
         torch.manual_seed(cfg.train.seed + k)
@@ -292,6 +312,7 @@ def _rounds(cfg: RunConfig, run_, prepared: Prepared, interrupt) -> RunResult:
                         f"the kept rows): {text[:80]!r}; the verifier accepts a template, not a worked answer",
                         {"text": text[:200], "prompts": n_prompts, "share": round(share, 4)},
                         "check the verifier (it may accept a guess), or raise --threshold"))
+        sampled_at = time.time()
         if kept_rows:
             loss, trained_tokens = _fine_tune(cfg, out / f"round-{k}", model, tok, kept_rows)
             record.update({"loss": round(loss, 4), "bootstrap/tokens_trained": trained_tokens})
@@ -299,6 +320,7 @@ def _rounds(cfg: RunConfig, run_, prepared: Prepared, interrupt) -> RunResult:
         log(record)
         rounds_done = k
         c = check(k)
+        tail = time.time() - sampled_at
         if c is not None and watch.keep_best:
             from rlft.watch.overfit import best_check
 
