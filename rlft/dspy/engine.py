@@ -18,12 +18,15 @@ cache, retries, history, callbacks and its `n` fan-out: n candidates are n calls
   BootstrapFinetune keeps no trace and every GRPO group scores format_failure_score alike). A single output
   field DSPy states the values of (a `Literal[...]` or a `bool`) is answered by guided choice: each value's
   log-prob after the header is scored in one forward pass and the most likely one is answered (sampled from
-  their softmax at the request's temperature), as vLLM's guided_choice does. Requests in
-  another format (JSONAdapter's retry, plain chats) are served as they are. `dspy_format=False` switches it off;
+  their softmax at the request's temperature), as vLLM's guided_choice does. A single `int` / `float` field is
+  generated under NumberGuide (digits only, then a stop), a single plain `str` field may not open with a
+  placeholder or a marker (NumberGuide too). Requests in another format (JSONAdapter's retry, plain chats) are
+  served as they are. `dspy_format=False` switches it off;
 - batches: requests that arrive together (DSPy's Evaluate / bootstrap threads) wait up to `window` seconds for
   each other and go through one `generate` per distinct (temperature, top_p), padded on the left. On the CPU a
-  LoRA policy's `generate` is rlft.speed.sampling's plain copy decoded by rlft.speed.decode (the path `rlft grpo` samples
-  with); on a GPU it is transformers' own.
+  LoRA policy's `generate` is rlft.speed.sampling's plain copy decoded by rlft.speed.decode (the path `rlft grpo`
+  samples with; a guided batch goes through the copy's transformers `generate`, which takes the logits
+  processor); on a GPU it is transformers' own.
 No HTTP server, no litellm call, no copy of the weights to another process.
 """
 
@@ -101,9 +104,9 @@ class NumberGuide:
     """A transformers LogitsProcessor that keeps a single int/float field's answer a number: only tokens made of
     digits (and a leading "-"; "." for a float) until a digit is written, then those or a stop token (the
     end of turn, a blank line); after NUMBER_TOKENS tokens only a stop. A single `str` field's first token may not
-    be blank or open a placeholder, a marker or a code fence ("{", "[", "#", "`"): given DSPy's prompt, a 135M model otherwise
-    copies the prompt's structure ("{label}", "[[ ## ... ## ]]") into the field. Rows of kind None are left
-    alone."""
+    be blank or open a placeholder, a marker or a code fence ("{", "[", "#", "`"): given DSPy's prompt, a 135M
+    model otherwise copies the prompt's structure ("{label}", "[[ ## ... ## ]]") into the field. Rows of kind
+    None are left alone."""
 
     def __init__(self, tok, kinds: list[str | None], width: int, stops: list[int]):
         self.kinds, self.width = kinds, width
