@@ -73,3 +73,18 @@ def test_bootstrap_finetune_takes_the_program_as_its_own_teacher(tiny_dir):
     assert bootstrap_finetune.prepare_teacher(program, other) is other
     with pytest.raises(AssertionError):  # DSPy's own checks still guard any other teacher
         bootstrap_finetune.prepare_teacher(program, dspy.ChainOfThought("question -> answer"))
+
+
+def test_int_field_guided_while_a_grpo_job_samples(tmp_path, tiny_dir):
+    """The policy a ReinforceJob serves (on the CPU: rlft.speed.sampling's copy) samples under the guide too."""
+    import rlft.dspy
+
+    lm = rlft.dspy.local_lm("tiny", lora=True, max_tokens=16, output_dir=str(tmp_path / "grpo"), groups_per_step=1)
+    job = lm.reinforce(train_kwargs={"num_generations": 2})
+    try:
+        predict = dspy.Predict("problem -> answer: int")
+        with dspy.context(lm=lm):
+            answers = [predict(problem=f"{i}+1").answer for i in range(3)]
+        assert all(isinstance(a, int) for a in answers), answers
+    finally:
+        job._restore()
