@@ -18,12 +18,15 @@ cache, retries, history, callbacks and its `n` fan-out: n candidates are n calls
   BootstrapFinetune keeps no trace and every GRPO group scores format_failure_score alike). A single output
   field DSPy states the values of (a `Literal[...]` or a `bool`) is answered by guided choice: each value's
   log-prob after the header is scored in one forward pass and the most likely one is answered (sampled from
-  their softmax at the request's temperature), as vLLM's guided_choice does. Requests in
-  another format (JSONAdapter's retry, plain chats) are served as they are. `dspy_format=False` switches it off;
+  their softmax at the request's temperature), as vLLM's guided_choice does. A single `int` / `float` field is
+  generated under NumberGuide (digits only, then a stop), a single plain `str` field may not open with a
+  placeholder or a marker (NumberGuide too). Requests in another format (JSONAdapter's retry, plain chats) are
+  served as they are. `dspy_format=False` switches it off;
 - batches: requests that arrive together (DSPy's Evaluate / bootstrap threads) wait up to `window` seconds for
   each other and go through one `generate` per distinct (temperature, top_p), padded on the left. On the CPU a
-  LoRA policy's `generate` is rlft.speed.sampling's plain copy decoded by rlft.speed.decode (the path `rlft grpo` samples
-  with); on a GPU it is transformers' own.
+  LoRA policy's `generate` is rlft.speed.sampling's plain copy decoded by rlft.speed.decode (the path `rlft grpo`
+  samples with; a guided batch goes through the copy's transformers `generate`, which takes the logits
+  processor); on a GPU it is transformers' own.
 No HTTP server, no litellm call, no copy of the weights to another process.
 """
 
@@ -47,6 +50,86 @@ _OUTPUTS = re.compile(r"Your output fields are:\n(.*?)\nAll interactions", re.S)
 
 _LITERAL = re.compile(r"must be formatted as a valid Python Literal\[(.*?)\]\)")
 _BOOL = re.compile(r"must be formatted as a valid Python bool\)")
+_NUMBER = re.compile(r"must be formatted as a valid Python (int|float)\)")
+NUMBER_TOKENS = 12  # an int/float answer of at most this many tokens (SmolLM2 writes one digit a token)
+
+
+def dspy_number(messages: list[dict[str, str]]) -> str | None:
+    """"int" or "float" when the request is DSPy's ChatAdapter format with a single output field of that type
+    (as its last user message states it), "str" for a single plain-text field (ChatAdapter states no type for
+    it), else None (other types: lists, dicts, models are generated unguided)."""
+    if not dspy_shape(messages)[1]:
+        return None
+    last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    found = _NUMBER.search(last)
+    if found:
+        return found.group(1)
+    return "str" if "must be formatted as a valid Python" not in last else None
+
+
+_MASKS: dict[tuple, tuple] = {}
+
+
+def number_masks(tok, stops: tuple[int, ...]):
+    """({kind: (first, later, end) token masks}, digit mask, minus ids) for NumberGuide; cached per tokenizer."""
+    import torch
+
+    key = (id(tok), len(tok), stops)
+    if key not in _MASKS:
+        vocab_size = len(tok)
+        texts = tok.batch_decode([[i] for i in range(vocab_size)])
+        digits = [i for i, t in enumerate(texts) if t and t.isascii() and t.isdigit()]
+        minus = [i for i, t in enumerate(texts) if t == "-"]
+        dot = [i for i, t in enumerate(texts) if t == "."]
+        digit_mask = torch.zeros(vocab_size, dtype=torch.bool)
+        digit_mask[digits] = True
+        # a str field's first token may not open a placeholder or a marker ("{label}", "[[ ## ...", "[#]")
+        starts = torch.ones(vocab_size, dtype=torch.bool)
+        starts[[i for i, t in enumerate(texts) if t.strip()[:1] in ("{", "[", "#", "`") or not t.strip()]] = False
+        starts[list(stops)] = False
+        masks = {"str": (starts, torch.ones(vocab_size, dtype=torch.bool), torch.ones(vocab_size, dtype=torch.bool))}
+        for kind in ("int", "float"):
+            first = digit_mask.clone()
+            first[minus] = True
+            later = digit_mask.clone()
+            later[list(stops) + (dot if kind == "float" else [])] = True
+            end = torch.zeros(vocab_size, dtype=torch.bool)
+            end[list(stops)] = True
+            masks[kind] = (first, later, end)
+        _MASKS[key] = (masks, digit_mask, set(minus))
+    return _MASKS[key]
+
+
+class NumberGuide:
+    """A transformers LogitsProcessor that keeps a single int/float field's answer a number: only tokens made of
+    digits (and a leading "-"; "." for a float) until a digit is written, then those or a stop token (the
+    end of turn, a blank line); after NUMBER_TOKENS tokens only a stop. A single `str` field's first token may not
+    be blank or open a placeholder, a marker or a code fence ("{", "[", "#", "`"): given DSPy's prompt, a 135M
+    model otherwise copies the prompt's structure ("{label}", "[[ ## ... ## ]]") into the field. Rows of kind
+    None are left alone."""
+
+    def __init__(self, tok, kinds: list[str | None], width: int, stops: list[int]):
+        self.kinds, self.width = kinds, width
+        self.masks, self.digits, self.minus = number_masks(tok, tuple(stops))
+
+    def __call__(self, input_ids, scores):
+        step = input_ids.shape[1] - self.width
+        for row, kind in enumerate(self.kinds):
+            if kind is None:
+                continue
+            first, later, end = self.masks[kind]
+            if step == 0:
+                allowed = first
+            elif kind == "str":
+                continue
+            elif step >= NUMBER_TOKENS:
+                allowed = end
+            elif int(input_ids[row, -1]) in self.minus:
+                allowed = self.digits  # a lone "-" so far: a digit must follow
+            else:
+                allowed = later
+            scores[row, ~allowed[:scores.shape[1]].to(scores.device)] = float("-inf")
+        return scores
 
 
 def dspy_choices(messages: list[dict[str, str]]) -> list[str] | None:
@@ -306,6 +389,13 @@ class LocalEngine:
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         settings: dict[str, Any] = dict(max_new_tokens=max(limits), eos_token_id=stops,
                                         pad_token_id=tok.pad_token_id)
+        kinds = [dspy_number(self.messages(r)) if single else None for r in requests]
+        if any(kinds):
+            from transformers import LogitsProcessorList
+
+            ends = served.stops + [i for i in served.blank_line_ids() if not tok.decode([i]).strip()]
+            settings["logits_processor"] = LogitsProcessorList(
+                [NumberGuide(tok, kinds, enc["input_ids"].shape[1], ends)])
         if temperature > 0:
             settings.update(do_sample=True, temperature=temperature, top_k=0, top_p=top_p if top_p else 1.0)
         else:

@@ -26,8 +26,27 @@ def local_lm(model: str = "smollm2", *, temperature: float | None = None, max_to
     from rlft.dspy.provider import RlftProvider
     from rlft.models import resolve_model_path
 
+    allow_self_teacher()
     resolve_model_path(model)  # a wrong name fails here, in one line, not inside a DSPy thread
     config_flags("grpo", model, train_kwargs)
     config_flags("sft", model, train_kwargs)
     return dspy.LM(model, engine=shared_engine(), provider=RlftProvider(), temperature=temperature,
                    max_tokens=max_tokens, cache=cache, train_kwargs=dict(train_kwargs), num_retries=0)
+
+
+def allow_self_teacher() -> None:
+    """Let `BootstrapFinetune.compile(program, trainset, teacher=program)` mean what `teacher=None` means (the
+    program teaches itself) instead of DSPy 3.4.1's AssertionError "The programs share the following
+    predictor(s)": its prepare_teacher is wrapped, once, so that a teacher that *is* the student is returned as
+    the student, as DSPy itself does for teacher=None. Any other teacher goes through DSPy's checks unchanged."""
+    from dspy.teleprompt import bootstrap_finetune
+
+    original = bootstrap_finetune.prepare_teacher
+    if getattr(original, "rlft_self_teacher", False):
+        return
+
+    def prepare_teacher(student, teacher=None):
+        return student if teacher is student else original(student, teacher)
+
+    prepare_teacher.rlft_self_teacher = True
+    bootstrap_finetune.prepare_teacher = prepare_teacher

@@ -23,8 +23,10 @@ listed. This job:
   `watch.holdout_every` steps (default 5) logs heldout/pass_at_1, so reward_hacking fires when the reward
   rises while it falls, and the best check's adapter is what `terminate` keeps (watch.keep_best);
 - `get_status`: the next `groups_per_step` batch ids. DSPy's GRPO does not tell the backend how many groups a
-  step has: rlft reads num_dspy_examples_per_grpo_step x predictors from the GRPO whose compile() called
-  `lm.reinforce` (the caller's frame), else train_kwargs `groups_per_step`, else 4;
+  step has (its train_kwargs carry only `num_generations`; it fills whatever count `pending_batch_ids` lists,
+  duplicating groups when the list is longer): rlft takes train_kwargs `groups_per_step`, else
+  num_dspy_examples_per_grpo_step x predictors read from the GRPO whose compile() called `lm.reinforce` (the
+  caller's frame: the one read of DSPy internals, docs/dspy.md), else 4;
 - `save_checkpoint(name)`: the adapter into <run>/checkpoints/<name>; `terminate`: the final (or best) model
   into the run folder, summary.json and report, `lm.model` set to the run folder (what `rlft eval / merge /
   export / chat` take) and served from the same weights;
