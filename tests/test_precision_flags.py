@@ -33,7 +33,7 @@ def test_a_flag_the_cpu_cannot_honour_is_a_user_error(kw, words):
 def test_what_the_cpu_can_do_still_decides():
     assert _decide(bf16=True, flag="amx_bf16").autocast_bf16 is True  # TRL's autocast, as documented
     assert _decide(bf16=True, lora=True).weights == "bfloat16"  # LoRA: bf16 base weights, as documented
-    assert _decide(fp16=False).weights == "auto"
+    assert _decide(fp16=False).weights == "float32"  # `auto` decided: fp32 on a CPU without bf16 units
     assert decide(cuda=True, flag=None, lora=False, four_bit=False, dtype="auto", bf16=None, fp16=True).line == ""
 
 
