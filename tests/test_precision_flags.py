@@ -8,7 +8,7 @@ weights), and on a CPU with bf16 units full fine-tuning's bf16 is TRL's autocast
 from __future__ import annotations
 
 import pytest
-from test_bad_input import SFT_DATA, refused
+from test_bad_input_nothing_destroyed import SFT_DATA, refused
 
 from rlft.errors import UserError
 from rlft.speed.precision import decide
