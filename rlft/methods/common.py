@@ -227,6 +227,9 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
     from rlft.speed import precision
 
     precision.apply(cfg, console)  # model.dtype / train.bf16 from the hardware, before any model loads
+    from rlft import speed
+
+    speed.set_enabled(cfg.train.get("speedups", True))  # train.speedups=false: plain transformers/TRL
     read_hashes: dict[str, str] = {}  # sha256 of the bytes read: fingerprint.json records what was trained on
     train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed, hashes=read_hashes)
     tracker_names(cfg.train.report_to)  # a tracker whose package is missing: refused before writing
