@@ -127,13 +127,15 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, trust_remote_
 
 
 def torch_dtype(name: str):
-    """`auto` -> bf16 on GPUs that support it, fp32 elsewhere (CPU, older GPUs)."""
+    """A model.dtype name as a torch dtype; `auto` as rlft.speed.precision decides it for this machine (bf16 on
+    GPUs that support it, fp32 elsewhere: a run has already written its decision into model.dtype)."""
     import torch
 
     if name == "auto":
-        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return torch.float32
+        from rlft.speed.precision import Device, weights_dtype
+
+        name = weights_dtype(name, Device(cuda=torch.cuda.is_available(),
+                                          cuda_bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported()))
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 

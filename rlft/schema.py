@@ -140,6 +140,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "max_minutes": Field("float", None, "end the training loop within this many minutes of its start (held-out "
                              "checks included): completed as at max_steps (rlft/run/time_limit.py)", above=0.0,
                              rlft_only=True),
+        "speedups": Field("bool", True, "rlft's CPU speed layer (rlft.speed: sampling copy, prompt sharing, TRL "
+                          "patches, model hooks); false runs plain transformers/TRL, for A/B checks (docs/speed.md)",
+                          rlft_only=True),
         "per_device_train_batch_size": Field("int", 8, "rows per device per step", minimum=1),
         "gradient_accumulation_steps": Field("int", 1, "micro-batches per optimizer step", minimum=1),
         "seed": Field("int", 42, "random seed"),

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from helpers import DATA, ROOT, write_jsonl
-from test_bad_input import SFT_DATA, refused
+from test_bad_input_nothing_destroyed import SFT_DATA, refused
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"
 THUMBS = [{"prompt": f"{i}+1=", "completion": str(i + 1), "label": i % 2 == 0} for i in range(8)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from helpers import DATA, write_jsonl
-from test_bad_input import refused
+from test_bad_input_nothing_destroyed import refused
 
 PAIRS = DATA / "arith/pairs_train.jsonl"
 THUMBS = DATA / "arith/thumbs_train.jsonl"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from helpers import DATA
-from test_bad_input import SFT_DATA, refused
+from test_bad_input_nothing_destroyed import SFT_DATA, refused
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"
 

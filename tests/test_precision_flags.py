@@ -8,7 +8,7 @@ weights), and on a CPU with bf16 units full fine-tuning's bf16 is TRL's autocast
 from __future__ import annotations
 
 import pytest
-from test_bad_input import SFT_DATA, refused
+from test_bad_input_nothing_destroyed import SFT_DATA, refused
 
 from rlft.errors import UserError
 from rlft.speed.precision import decide
@@ -33,7 +33,7 @@ def test_a_flag_the_cpu_cannot_honour_is_a_user_error(kw, words):
 def test_what_the_cpu_can_do_still_decides():
     assert _decide(bf16=True, flag="amx_bf16").autocast_bf16 is True  # TRL's autocast, as documented
     assert _decide(bf16=True, lora=True).weights == "bfloat16"  # LoRA: bf16 base weights, as documented
-    assert _decide(fp16=False).weights == "auto"
+    assert _decide(fp16=False).weights == "float32"  # `auto` decided: fp32 on a CPU without bf16 units
     assert decide(cuda=True, flag=None, lora=False, four_bit=False, dtype="auto", bf16=None, fp16=True).line == ""
 
 

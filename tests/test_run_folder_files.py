@@ -12,7 +12,7 @@ import json
 import os
 
 import pytest
-from test_bad_input import SFT_DATA, refused, sft_run_folder, snapshot
+from test_bad_input_nothing_destroyed import SFT_DATA, refused, sft_run_folder, snapshot
 
 DAMAGED = "not an rlft run folder (or a damaged one)"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers import DATA, ROOT, write_jsonl
-from test_bad_input import _SLOW_STEP, SFT_DATA, refused
+from test_bad_input_nothing_destroyed import _SLOW_STEP, SFT_DATA, refused
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"
 

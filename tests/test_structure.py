@@ -244,10 +244,11 @@ PACKAGES = {"commands", "methods", "verifiers", "choose", "speed", "run", "watch
 MAX_FLAT_MODULES = 24  # modules flat in rlft/ (besides __init__ and __main__); past that, a concept wants a package
 # The speed layer's seam (rlft/speed/__init__.py): only these import rlft.speed, through its entry points
 # (models: prepare_model; methods.group_rl: trainer_class and attach; methods.common: attach and precision;
-# methods.ppo: attach) and its shared sampling loop (evaluate, methods.ppo_rollout: decode).
+# commands.options: precision for --print-config; methods.ppo: attach) and its shared sampling loop (evaluate,
+# methods.ppo_rollout: decode).
 SPEED_CALLERS = {"rlft.models", "rlft.evaluate", "rlft.methods.common", "rlft.methods.group_rl", "rlft.methods.ppo",
-                 "rlft.methods.bootstrap", "rlft.methods.bootstrap_sampling", "rlft.dspy.engine", "rlft.dspy.reinforce",
-                 "rlft.methods.ppo_rollout"}
+                 "rlft.commands.options", "rlft.methods.bootstrap", "rlft.methods.bootstrap_sampling",
+                 "rlft.dspy.engine", "rlft.dspy.reinforce", "rlft.methods.ppo_rollout"}
 
 
 def test_package_layout():

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 from helpers import DATA
-from test_bad_input import refused, snapshot
+from test_bad_input_nothing_destroyed import refused, snapshot
 
 SFT = DATA / "arith/sft_train.jsonl"
 FAST = ["--trial-steps", "2", "--set", "watch.holdout_max_rows=10", "--set", "watch.holdout_max_new_tokens=2",

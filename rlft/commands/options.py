@@ -130,9 +130,10 @@ def train(ctx: typer.Context, method: str, dry_run: Callable | None = None) -> N
 
 def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, resume: bool = False,
                    overwrite: bool = False, check: bool = True):
-    """The validated config; then, unless --print-config (or `check` is off: a dry run that only plans),
-    every check that needs no data and no weights before anything is written: the run folder against the
-    inputs and --resume (rlft.run.folder.check_run_folder), then models and verifier plugins (rlft.checks)."""
+    """The validated config (--print-config prints it with its decided precision and exits); then, unless
+    --print-config (or `check` is off: a dry run that only plans), every check that needs no data and no weights
+    before anything is written: the run folder against the inputs and --resume (rlft.run.folder.check_run_folder),
+    then models and verifier plugins (rlft.checks)."""
     from rlft.checks import check_inputs, expand_user_paths
     from rlft.config import resolve
     from rlft.run.folder import check_run_folder
@@ -142,6 +143,9 @@ def resolve_config(method: str, recipe, flags: dict, sets, print_config: bool, r
     if resume and cfg.origins.get("train.output_dir") == "default":
         raise UserError("--resume needs the run folder", "pass --output-dir DIR of the interrupted run")
     if print_config:
+        from rlft.speed import precision
+
+        precision.apply(cfg)  # the decided precision (model.dtype, train.bf16/fp16), as config.yaml records it
         sys.stdout.write(cfg.to_yaml())  # plain text: rich would wrap long paths
         raise typer.Exit(0)
     if check:

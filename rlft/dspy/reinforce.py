@@ -143,6 +143,9 @@ class RlftReinforceJob(ReinforceJob):
         self.keep_best = bool(cfg.watch.get("keep_best", True))
         console = _console()
         precision.apply(cfg, console)
+        from rlft import speed
+
+        speed.set_enabled(cfg.train.get("speedups", True))  # train.speedups=false: plain transformers/TRL
         from transformers import set_seed
 
         set_seed(cfg.train.seed)

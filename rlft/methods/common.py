@@ -58,18 +58,17 @@ class RunResult:
 def hardware_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Precision and checkpointing from the hardware, unless the user set them.
 
-    TRL configs default to bf16=True, which raises on a CPU-only machine; gradient checkpointing (TRL's
+    bf16/fp16 follow rlft.speed.precision (`trl_flags`: the rule `precision.apply` already wrote into a run's
+    config; TRL configs default to bf16=True, which raises on a CPU-only machine); gradient checkpointing (TRL's
     default on) recomputes each layer's forward during the backward pass (about a third more compute per step:
     an estimate from that arithmetic, not measured here) and saves memory only where memory is short, so
     it is on for GPUs and off on the CPU.
     """
-    import torch
+    from rlft.speed.precision import Device, trl_flags
 
-    cuda = torch.cuda.is_available()
-    if kwargs.get("bf16") is None:
-        kwargs["bf16"] = bool(cuda and torch.cuda.is_bf16_supported()) and not kwargs.get("fp16")
-    if kwargs.get("fp16") is None:
-        kwargs["fp16"] = False
+    device = Device.here()
+    cuda = device.cuda
+    kwargs["bf16"], kwargs["fp16"] = trl_flags(kwargs.get("bf16"), kwargs.get("fp16"), device)
     if kwargs.get("gradient_checkpointing") is None:
         kwargs["gradient_checkpointing"] = cuda
     # Under torchrun on a machine without CUDA, transformers only sets up DDP (gloo) with use_cpu; without it
@@ -228,6 +227,9 @@ def start_run(cfg: RunConfig, kind: str, prepare: Callable, *, overwrite: bool =
     from rlft.speed import precision
 
     precision.apply(cfg, console)  # model.dtype / train.bf16 from the hardware, before any model loads
+    from rlft import speed
+
+    speed.set_enabled(cfg.train.get("speedups", True))  # train.speedups=false: plain transformers/TRL
     read_hashes: dict[str, str] = {}  # sha256 of the bytes read: fingerprint.json records what was trained on
     train_rows, eval_rows = load_split(cfg.data, kind, seed=cfg.train.seed, hashes=read_hashes)
     tracker_names(cfg.train.report_to)  # a tracker whose package is missing: refused before writing

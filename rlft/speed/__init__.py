@@ -31,10 +31,12 @@ What each module changes, against what TRL / transformers would do, and where it
   images, gradient checkpointing, hybrid caches, batches without a shared prompt.
 - trl_patches: on the CPU, TRL's fused LM head projects the labelled positions only, in narrower tiles with
   leaner folds, and glibc keeps freed memory. Aside: GPUs (Triton), TRL versions without these settings.
+- switch: `train.speedups=false` turns every entry point above into TRL's / transformers' own path (and
+  `decode` into None: `generate`), for A/B checks and debugging; precision still decides the dtype.
 
 Each module's docstring says where it departs and what it checks against (tests/speed/ mirrors this package);
-what each buys is measured by bench/bench_speedups.py and the per-module benches, with the dated numbers in
-BENCHMARKS.md and docs/speed.md.
+what the whole layer buys is measured by bench/bench_speedups.py (on against off) and the per-module benches,
+with the dated numbers in BENCHMARKS.md and docs/speed.md.
 
 Light at import: every entry point imports its module (and torch) when called.
 """
@@ -43,9 +45,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlft.speed.switch import enabled, set_enabled  # train.speedups (rlft.speed.switch)
+
+__all__ = ["attach", "enabled", "load_options", "prepare_model", "set_enabled", "trainer_class"]
+
 
 def load_options(dtype) -> dict[str, Any]:
     """Keyword arguments for `from_pretrained` (eager attention for CPU bf16): prepare_model's pre-load half."""
+    if not enabled():
+        return {}
     from rlft.speed.model_hooks import load_options
 
     return load_options(dtype)
@@ -54,6 +62,8 @@ def load_options(dtype) -> dict[str, Any]:
 def prepare_model(model, dtype, *, four_bit: bool, lora_trainable: bool) -> None:
     """The CPU hooks on a model `load_model` built: bitsandbytes' 4-bit repack off, fp32 activations for a
     trainable LoRA over a CPU bf16 base, a contiguous LM-head input (rlft.speed.model_hooks)."""
+    if not enabled():
+        return
     from rlft.speed.model_hooks import prepare
 
     prepare(model, dtype, four_bit=four_bit, lora_trainable=lora_trainable)
@@ -63,6 +73,8 @@ def trainer_class(trainer_cls):
     """GRPO's or RLOO's trainer class with prompt sharing (rlft.speed.prompt_sharing): a subclass overriding
     `_get_per_token_logps_and_entropies`, which computes each prompt once where it applies and calls TRL's
     method otherwise. Where it sits in the trainer's MRO: rlft.methods.group_rl.trainer_class."""
+    if not enabled():
+        return trainer_cls
     from rlft.speed.prompt_sharing import with_prompt_sharing
 
     return with_prompt_sharing(trainer_cls)
@@ -73,6 +85,8 @@ def attach(policy, console=None, *, trl_patches: bool = False):
     plain copy; returns the sampler or None), and with `trl_patches` (the policy is a TRL trainer's, about to
     train) the process-wide TRL patches: score labelled positions only, and on the CPU narrower and leaner
     LM-head tiles and freed memory kept (rlft.speed.trl_patches)."""
+    if not enabled():
+        return None
     from rlft.speed.sampling import attach as attach_sampler
 
     sampler = attach_sampler(policy, console)

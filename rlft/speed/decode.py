@@ -219,6 +219,10 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
     import torch
     from transformers import GenerationConfig
 
+    from rlft.speed.switch import enabled
+
+    if not enabled():  # train.speedups=false: the caller's `generate`
+        return None
     extra = {k: v for k, v in kwargs.items() if k not in ("input_ids", "attention_mask")}
     if any(k not in GenerationConfig().to_dict() for k in extra):  # model inputs (images, ...): not ours
         return None

@@ -20,7 +20,7 @@ floating-point operations, not the math: RMSNorm is torch's `rms_norm` (exact fo
 models use transformers' formula), the single query's heads are grouped by their key/value head
 (transformers' own `pack_gqa` for one-token sdpa) instead of repeating keys and values, and attention is
 sdpa (an fp32 model set to eager agrees to float rounding; eager in half precision is declined). Greedy
-tokens equal the model's forward on the tiny model and SmolLM2 (tests/speed/test_decode.py). The skipped modules'
+tokens equal the model's forward on the tiny model and SmolLM2 (tests/speed/test_decode_step.py). The skipped modules'
 classes must be transformers' own with transformers' own forward (a class-level patch, a registered
 attention function, a subclass anywhere, a hook, a module in training mode: declined).
 """

@@ -9,8 +9,8 @@ decoding 8 x 48 tokens went from 5.9 s to 3.9 s with the same greedy tokens (BEN
 The packing is MKL's own packed-gemm API (`cblas_sgemm_pack` once, `cblas_sgemm_compute` per product), the
 calls torch's `torch.ops.mkl._mkl_reorder_linear_weight` / `_mkl_linear` make (and torch.compile's CPU freezing
 pass uses), reached through ctypes in torch's own libtorch_cpu so that the packed weight lives in a buffer rlft
-owns: the products are bit-for-bit torch's (tests/speed/test_decode.py), and a weight that changes is re-packed into
-the same buffer, with no new memory. `available()` checks the entry points on a small product once.
+owns: the products are bit-for-bit torch's (tests/speed/test_packed_linear.py), and a weight that changes is
+re-packed into the same buffer, with no new memory. `available()` checks the entry points on a small product once.
 
 A layer with low-rank terms (rlft.speed.sampling's live LoRA adapter: scale * (x A^T) B^T per call) is packed with
 the terms merged in, W + scale * B A, computed in a scratch buffer per layer; an optimizer step that changes the

@@ -19,8 +19,12 @@ stays fp32 by default (bf16 weights without an fp32 master copy drop updates sma
 `--set train.bf16=true` then asks for TRL's autocast as given. `--set train.bf16=false` keeps fp32 weights.
 rlft's own PPO stays fp32 on the CPU (its value head and loss math were written for fp32; not measured in bf16).
 
-`decide` is pure (flags in, decision out) so it is testable on any machine; `apply` reads this machine and
-writes the decision into the run's config (model.dtype, train.bf16), which config.yaml then records.
+This module is the one place precision is decided, on every device: `decide` is pure (the config's flags and a
+`Device`'s facts in, a `Precision` out) so it is testable on any machine; `apply` reads this machine and writes
+the decision into the run's config (model.dtype, train.bf16, train.fp16), which `--print-config` shows and
+config.yaml records. The two other readers take their rule from here: rlft.methods.common.hardware_defaults
+(TRL's bf16/fp16 for a config `apply` has not seen: `trl_flags`) and rlft.models.torch_dtype (`auto` for a
+model loaded outside a run, e.g. by eval or chat: `weights_dtype`).
 """
 
 from __future__ import annotations
@@ -118,35 +122,73 @@ def measured_speedup() -> float:
     return ratio
 
 
+@dataclass(frozen=True)
+class Device:
+    """The facts about this machine that precision depends on."""
+
+    cuda: bool
+    cuda_bf16: bool = False  # the CUDA GPU supports bf16 (torch.cuda.is_bf16_supported)
+    flag: str | None = None  # the CPU's bf16 flag (`cpu_bf16_flag`)
+
+    @classmethod
+    def here(cls) -> "Device":
+        import torch
+
+        cuda = torch.cuda.is_available()
+        return cls(cuda=cuda, cuda_bf16=bool(cuda and torch.cuda.is_bf16_supported()), flag=cpu_bf16_flag())
+
+
+def weights_dtype(dtype: str, device: Device) -> str:
+    """model.dtype `auto` as a dtype name: bf16 on a GPU that supports it, fp32 elsewhere (a run's CPU LoRA
+    bf16 is `decide`'s, which writes its choice into model.dtype before any model loads)."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if device.cuda and device.cuda_bf16 else "float32"
+
+
+def trl_flags(bf16: bool | None, fp16: bool | None, device: Device) -> tuple[bool, bool]:
+    """TRL's (bf16, fp16) mixed-precision flags: the user's where set, else bf16 on a GPU that supports it
+    (and fp16 not asked for), fp16 off. TRL's own default bf16=True raises on a CPU-only machine."""
+    if bf16 is None:
+        bf16 = bool(device.cuda and device.cuda_bf16) and not fp16
+    return bool(bf16), bool(fp16)
+
+
 @dataclass
 class Precision:
     weights: str  # model.dtype to load with: "bfloat16", "float32" or the user's own choice
     autocast_bf16: bool | None  # what TRL's train.bf16 gets (None: TRL's hardware default decides)
     line: str  # the one line a run prints
     by_flag: bool = False  # bf16 chosen by the CPU flag alone: `apply` measures before it keeps the choice
+    fp16: bool = False  # what TRL's train.fp16 gets (CUDA only: refused on the CPU)
 
 
 def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: str,
-           bf16: bool | None, method: str = "", speedup: float | None = None, fp16: bool | None = None) -> Precision:
+           bf16: bool | None, method: str = "", speedup: float | None = None, fp16: bool | None = None,
+           cuda_bf16: bool = False) -> Precision:
     """The precision of one run. `dtype` is model.dtype as configured, `bf16` train.bf16 (None: auto),
-    `speedup` the measured bf16 / fp32 matmul ratio (`bf16_speedup`; None: not measured, the flag decides).
+    `speedup` the measured bf16 / fp32 matmul ratio (`bf16_speedup`; None: not measured, the flag decides);
+    `cuda`, `cuda_bf16`, `flag`: the `Device`'s facts.
     A flag this machine cannot honour is a UserError (`refusal`), raised before anything is written."""
-    if cuda:
-        return Precision(dtype, bf16, "")
+    if cuda:  # TRL's bf16 autocast where the GPU supports it; weights bf16 there unless model.dtype says
+        device = Device(cuda=True, cuda_bf16=cuda_bf16)
+        autocast, half = trl_flags(bf16, fp16, device)
+        return Precision(weights_dtype(dtype, device), autocast, "", fp16=half)
     if problem := refusal(flag=flag, lora=lora, bf16=bf16, fp16=fp16):
         from rlft.errors import UserError
 
         raise UserError(*problem)
     if method == "ppo" and dtype == "auto":  # its value head and loss math are fp32 code (rlft/methods/ppo*.py)
         return Precision("float32", False, "precision: fp32 (rlft's PPO keeps fp32 on the CPU)")
+    cpu_dtype = weights_dtype(dtype, Device(cuda=False))  # `auto` is fp32 on the CPU, unless LoRA's bf16 below
     if four_bit:
-        return Precision(dtype, bf16, "precision: 4-bit base, fp32 compute on this CPU")
+        return Precision(cpu_dtype, bf16, "precision: 4-bit base, fp32 compute on this CPU")
     if not lora:
         if bf16:
-            return Precision(dtype, True, "precision: bf16 autocast over fp32 weights (train.bf16=true, TRL's "
-                                          "autocast: slower than fp32 on most CPUs)")
-        return Precision(dtype, False, "precision: fp32 (full fine-tuning on the CPU; --lora trains in bf16 "
-                                       "where the CPU has bf16 units)" if flag else
+            return Precision(cpu_dtype, True, "precision: bf16 autocast over fp32 weights (train.bf16=true, TRL's "
+                                              "autocast: slower than fp32 on most CPUs)")
+        return Precision(cpu_dtype, False, "precision: fp32 (full fine-tuning on the CPU; --lora trains in bf16 "
+                                           "where the CPU has bf16 units)" if flag else
                          "precision: fp32 (this CPU has no bf16 units)")
     if dtype != "auto":
         return Precision(dtype, False, f"precision: {dtype} base weights (model.dtype), fp32 adapter")
@@ -181,13 +223,13 @@ def refusal(*, flag: str | None, lora: bool, bf16: bool | None, fp16: bool | Non
     return None
 
 
-def apply(cfg, console=None) -> Precision:
-    """Decide for this machine and write the decision into `cfg` (model.dtype, train.bf16); print the line."""
-    import torch
-
+def apply(cfg, console=None, device: Device | None = None) -> Precision:
+    """Decide for this machine (or `device`) and write the decision into `cfg` (model.dtype, train.bf16,
+    train.fp16); print the line. The run calls it before any model loads, `--print-config` before it prints."""
+    device = device or Device.here()
     m = cfg.values["model"]
     t = cfg.values["train"]
-    args = dict(cuda=torch.cuda.is_available(), flag=cpu_bf16_flag(), lora=bool(m["lora"]["enabled"]),
+    args = dict(cuda=device.cuda, cuda_bf16=device.cuda_bf16, flag=device.flag, lora=bool(m["lora"]["enabled"]),
                 four_bit=bool(m.get("load_in_4bit")), dtype=str(m.get("dtype") or "auto"), bf16=t.get("bf16"),
                 method=cfg.method, fp16=t.get("fp16"))
     p = decide(**args)
@@ -196,6 +238,7 @@ def apply(cfg, console=None) -> Precision:
     m["dtype"] = p.weights
     if p.autocast_bf16 is not None or t.get("bf16") is not None:
         t["bf16"] = p.autocast_bf16
+    t["fp16"] = p.fp16
     if console is not None and p.line:
         console.print(p.line, highlight=False)
     return p

@@ -29,10 +29,8 @@ sdpa's form), at the rotary position the row layout gives it, and its label scor
 attention makes a real position's output independent of the padding after it, so the log-probabilities and
 gradients are the row layout's up to float rounding (the layouts sum in other orders); the padded positions
 get 0, which TRL's mask zeroes as before. A lane's attention spans all its rows (masked, not skipped), so
-lanes pay only where the padding is a large share: SmolLM2 + LoRA r 16, 2 prompts x G 4, forward + backward of
-the same batches alternately in one process (2026-12-01, Intel Xeon avx512_bf16 no AMX, two threads, load
-1.6-2.0): 48 new tokens with 1,247 of 1,536 positions real (81%), 2.32 s against 2.39 s a batch (no gain);
-128 new tokens, 487 of 1,024 real, 3.37 against 5.17 s; 256, 1,279 of 2,048 real, 8.73 against 10.68 s.
+lanes pay only where the padding is a large share (no gain at 48 new tokens with most positions real, a
+clear one at 128 and 256: BENCHMARKS.md, "Two days in: what is left of a step with every row", Lanes).
 Only for sdpa attention without sliding windows (the mask is written for it), in the model families of
 LANE_MODEL_TYPES (rotary positions from position_ids); others keep the row layout.
 """

@@ -2,8 +2,8 @@
 
 TRL's GRPO and RLOO trainers, rlft's PPO rollout and the held-out check after training all sample by calling
 `generate` on the policy. With a peft LoRA adapter on, every decode step then runs each adapted layer through
-peft's layer (base matmul, dropout, two adapter matmuls, scaling, an add, in Python per adapter: 236 ms per
-decode step on SmolLM2-135M, 8 sequences, against 186 ms for the same weights merged). `attach(policy)` gives
+peft's layer (base matmul, dropout, two adapter matmuls, scaling, an add, in Python per adapter: slower per
+decode step than the same weights merged; BENCHMARKS.md, "Numbers moved out of rlft/speed"). `attach(policy)` gives
 the policy's object its own `generate` that runs on a plain copy of the model, decoded by rlft.speed.decode's loop
 (one prefill per distinct prompt, finished rows leave the batch; `generate` itself for settings the loop does
 not handle). It is TRL's own extension surface: the trainer still tokenizes, pads, calls `generate` and masks
@@ -17,13 +17,11 @@ Two kinds of copy:
   moment while the copy is built), and each adapted layer carries low-rank terms, scale * (x A^T) B^T, over
   views of the policy's adapter weights (rlft.speed.packed_linear.add_terms), so the copy needs no refresh. Its
   linear layers are packed for MKL at the first decode with the terms merged in (W + scale * B A), and every
-  later decode re-packs the adapted layers into the same buffers (~0.1 s on SmolLM2, no new memory): always,
-  because torch's fused AdamW (TRL's default optimizer) updates the adapter without moving the version
-  counters a pack's staleness could be read from. A product whose pack is stale computes plainly. Measured on SmolLM2, a
-  GRPO step's decode of 8 x 48 tokens, interleaved in one process, two threads: terms added per call (the
-  previous version) median 3.76 s, merged packs re-packed after an update 3.48 s (8 rounds each; one thread
-  4.84 against 4.77 s); the terms-per-call version had measured 3.1-3.7 s against 3.3-4.2 s for the merged
-  copy (which is not packed: see below); peak RSS of `rlft grpo` 3.0-3.1 GB against 3.2-4.1 GB.
+  later decode re-packs the adapted layers into the same buffers (no new memory): always, because torch's
+  fused AdamW (TRL's default optimizer) updates the adapter without moving the version counters a pack's
+  staleness could be read from. A product whose pack is stale computes plainly. Against the terms added per
+  call (the previous version) and the merged copy, in decode time and peak memory: BENCHMARKS.md, "The next
+  day, another VM of the same CPU model: a lean decode step, the adapter merged into the packs".
 - Merged (everything else: bf16 bases, LoRA on embeddings or with fan-in-fan-out weights or variants,
   trainable weights outside the adapter, more threads than MAX_THREADS, a torch without MKL's packed gemm).
   A plain copy in the dtype of the policy's base weights (bf16 on CPUs with bf16 units, rlft.speed.precision) with
@@ -41,8 +39,8 @@ while the adapter is disabled (`with model.disable_adapter()`: the copy would ho
 while it is merged into the base (peft's `merge_adapter`: it would count twice).
 
 The policy's `generate` is the sampler's, so pickling or deep-copying the policy takes the sampler along:
-only its policy is kept, and the copy is rebuilt for the new policy at its first `generate` (the packs, 540 MB
-on SmolLM2, are not worth copying).
+only its policy is kept, and the copy is rebuilt for the new policy at its first `generate` (the packs, the
+size of the fp32 weights, are not worth copying).
 """
 
 from __future__ import annotations

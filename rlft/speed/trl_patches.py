@@ -6,41 +6,41 @@ head chooses alike) projects only the labelled positions (the completion tokens)
 and every position elsewhere, so that XLA-style devices keep one tile shape and do not recompile. A CPU
 runs eagerly and recompiles nothing, so there the rule only multiplies the LM head's work, forward and
 backward, by (prompt + completion) / completion: on SmolLM2-135M with 2 prompts x G 4 and 48 new tokens,
-864 rows instead of 392, and the backward recomputes each tile and accumulates in fp32 (TRL's chunked
-log-prob function alone, bf16, one thread: 2.9 against 0.9 CPU-seconds forward + backward; BENCHMARKS.md).
+864 rows instead of 392, and the backward recomputes each tile and accumulates in fp32 (what it costs:
+BENCHMARKS.md, "An Intel Xeon with AVX512-BF16 and no AMX").
 `score_labelled_positions_only()` makes TRL take its own compact path on the CPU by answering its "is this a
 Triton device" question for that choice only (the kernel choice in trl.kernels keeps its own answer: the
-torch tiles). The per-token values are the same; tests/speed/test_decode.py checks them against the full path.
+torch tiles). The per-token values are the same; tests/speed/test_trl_patches.py checks them against the full
+path.
 
 Narrower vocabulary tiles on the CPU. The same function projects 32,768 vocabulary entries per tile, so each
 tile and each temporary of its log-sum-exp fold is [positions, 32768] fp32: 39-50 MB for 300-384 positions,
 above glibc's 32 MB mmap ceiling, so every one is a fresh mapping whose pages fault in on first touch (a
-GPU's caching allocator never sees this). `narrow_cpu_tiles()` sets 8,192 (10-12 MB, reused from the heap):
-SmolLM2, 2 x G 4 completions of 48 tokens, one thread: forward 1.72 -> 1.56 s, backward 2.13 -> 1.9 s. The
-tiles fold into the same online log-sum-exp, so the values agree to float rounding.
+GPU's caching allocator never sees this). `narrow_cpu_tiles()` sets 8,192 (10-12 MB, reused from the heap;
+measured: BENCHMARKS.md, "What changed, measured alone in one process each"). The tiles fold into the same
+online log-sum-exp, so the values agree to float rounding.
 
 Fewer passes over each tile. On a device without Triton, TRL folds each [positions, 8192] tile in torch ops
 written as its kernel reads: the forward scales the logits into new tensors twice, then subtracts, exponentiates,
 multiplies and sums, each pass a new tile-sized temporary; the backward recomputes the tile and makes some twelve
 more (zeros, one-hot, differences, products, copies). `lean_cpu_tiles()` swaps in folds that work in the tile
 TRL hands over (it is scratch: the projection's output, rewritten for the next tile), with the same products in
-the same order for the log-probabilities and their gradient (bit for bit TRL's; tests/speed/test_decode.py) and the
+the same order for the log-probabilities and their gradient (bit for bit TRL's; tests/speed/test_trl_patches.py) and the
 entropy's sum taken over (z - max) (to float rounding). Anything else (soft-capping, the other optional outputs,
-an entropy gradient, a half-precision tile) goes to TRL's own fold. SmolLM2 + LoRA, four captured GRPO batches
-(247-356 scored positions), three passes each, alternating, two threads: the folds took 0.36 s against TRL's
-1.51 s over the 12 forward + backward passes, ~0.1 s of a 2.5-2.7 s forward + backward.
+an entropy gradient, a half-precision tile) goes to TRL's own fold (the folds' time against TRL's, on captured
+GRPO batches: BENCHMARKS.md, beside the narrower tiles).
 
 Freed memory stays with the process. A GRPO/RLOO step on the CPU frees and reallocates the same few GB every
 step (activations, LM-head tiles). glibc hands large blocks back to the kernel
 when they are freed (each block over its mmap threshold is its own mapping, and the heap's top is trimmed),
 so the next step touches fresh pages that the kernel zeroes in page faults. On the VMs rlft is measured on
-(cold pages are reclaimed and free pages reported to the host) a first touch costs 2-25 us a page (`perf`:
-clear_page under the page faults of matmul outputs). `keep_freed_memory()` sets glibc's M_MMAP_MAX to 0 (large
-blocks come from the heap) and M_TRIM_THRESHOLD to 2 GB (the heap is not trimmed below that), so each step
-reuses the pages the last one had: `rlft grpo` on SmolLM2, 4 steps, one thread, interleaved: 37.7 and 37.1 s
-against 43.5 and 39.9 s, system time 2.5-2.8 s against 3.2-3.8 s, peak RSS 4.0-4.1 GB against 3.9 GB. (It
-did nothing while the sampling packs were re-made as new buffers in the main heap every step: the heap
-fragmented and grew; they are now re-packed in place, rlft.speed.packed_linear.)
+(cold pages are reclaimed and free pages reported to the host) a first touch is costly (`perf`: clear_page
+under the page faults of matmul outputs). `keep_freed_memory()` sets glibc's M_MMAP_MAX to 0 (large blocks
+come from the heap) and M_TRIM_THRESHOLD to 2 GB (the heap is not trimmed below that), so each step reuses the
+pages the last one had (step time, system time and peak RSS with and without it: BENCHMARKS.md, "The same CPU
+model on a later VM: memory, and two threads"). (It did nothing while the sampling packs were re-made as new
+buffers in the main heap every step: the heap fragmented and grew; they are now re-packed in place,
+rlft.speed.packed_linear.)
 PyTorch's CPU tuning guide gets the same from preloading jemalloc or tcmalloc, which needs the variable set
 before the process starts. glibc on Linux only; elsewhere it does nothing and returns False.
 """

@@ -1,5 +1,5 @@
-"""rlft.speed.decode_step at its edges (a hostile review's cases): whatever would make the model's forward
-compute something else declines the lean step."""
+"""rlft.speed.decode_step: the lean decode step gives the model's logits and cache; at its edges (a hostile
+review's cases) whatever would make the model's forward compute something else declines it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,122 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.speed.test_decode import _lean_agrees, _small  # noqa: E402
+
+def _config(**kw):
+    from transformers import GenerationConfig
+
+    return GenerationConfig(**{"max_new_tokens": 16, "pad_token_id": 0, "eos_token_id": [3], **kw})
+
+
+def _small(family, **kw):
+    """A random two-layer causal LM of a layout rlft.speed.decode_step knows (GQA: 4 query heads over 2)."""
+    import transformers
+
+    names = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}[family]
+    shape = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128, max_position_embeddings=256, pad_token_id=0)
+    config = getattr(transformers, f"{names}Config")(**{**shape, **kw})
+    torch.manual_seed(0)
+    return getattr(transformers, f"{names}ForCausalLM")(config).eval()
+
+
+def _prefilled(model, ids, mask, room):
+    """rlft.speed.decode's reserved cache after the model's own prefill of left-padded `ids`."""
+    from rlft.speed.decode import reserved_cache
+
+    cache = reserved_cache(model.config, room)
+    position = (mask.cumsum(-1) - 1).clamp(min=0)
+    model(input_ids=ids, attention_mask=mask, position_ids=position, cache=cache, use_cache=True)
+    return cache, position[:, -1]
+
+
+@pytest.mark.parametrize("family,kw", [("llama", {}), ("llama", dict(num_key_value_heads=4)),
+                                       ("llama", dict(rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                                       "rope_theta": 10000.0})),
+                                       ("qwen2", {}), ("mistral", dict(sliding_window=None))])
+def test_lean_step_gives_the_models_logits_and_cache(family, kw):
+    """Step by step from the same prefill, the lean one-token forward and the model's forward agree on the
+    logits and write the same keys and values (left padding, GQA, rope scaling, Qwen2's q/k/v biases)."""
+    model = _small(family, **kw)
+    if family == "qwen2":  # random init leaves the biases zero: make them count
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_proj.bias.normal_(0, 0.5)
+                layer.self_attn.k_proj.bias.normal_(0, 0.5)
+    assert _lean_agrees(model), "the lean step declined"
+
+
+def _lean_agrees(model, atol=2e-5) -> bool:
+    """Six lean steps against the model's forward from the same left-padded prefill: logits and keys/values
+    agree (asserted); False where the lean step declines (then the model's forward runs)."""
+    from rlft.speed.decode_step import step_fn
+
+    ids = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25], [0, 0, 0, 0, 31]])
+    mask = ids.ne(0).long()
+    with torch.no_grad():
+        lean_cache, last = _prefilled(model, ids, mask, 8)
+        ref_cache, _ = _prefilled(model, ids, mask, 8)
+        step = step_fn(model, lean_cache)
+        if step is None:
+            return False
+        token = torch.tensor([5, 6, 7])
+        for _ in range(6):
+            mask = torch.cat([mask, mask.new_ones(3, 1)], dim=1)
+            last = last + 1
+            got = step(token, last, mask)
+            want = model(input_ids=token[:, None], attention_mask=mask, position_ids=last[:, None],
+                         cache=ref_cache, use_cache=True).logits[:, -1]
+            torch.testing.assert_close(got, want, atol=atol, rtol=1e-5)
+            token = want.argmax(-1)
+        for a, b in zip(lean_cache.layers, ref_cache.layers):
+            torch.testing.assert_close(a.keys, b.keys)
+            torch.testing.assert_close(a.values, b.values)
+    return True
+
+
+def _subclassed():
+    from transformers import LlamaForCausalLM
+
+    class Patched(LlamaForCausalLM):
+        pass
+
+    model = _small("llama")
+    model.__class__ = Patched
+    return model
+
+
+@pytest.mark.parametrize("change", ["subclass", "layer hook", "norm forward", "training", "sliding window",
+                                    "flex attention"])
+def test_lean_step_declines_what_it_cannot_vouch_for(change):
+    """Anything that could make the model's forward differ from the lean arithmetic sends rlft.speed.decode back to
+    the model's forward; greedy tokens stay generate's."""
+    from rlft.speed.decode import decode
+    from rlft.speed.decode_step import eligible
+
+    model = _small("llama")
+    assert eligible(model)
+    if change == "subclass":
+        model = _subclassed()
+    elif change == "layer hook":
+        model.model.layers[1].register_forward_hook(lambda mod, args, out: out)
+    elif change == "norm forward":
+        model.model.layers[0].post_attention_layernorm.forward = lambda x: x
+    elif change == "training":
+        model.train()
+    elif change == "sliding window":
+        model = _small("mistral", sliding_window=3)
+    elif change == "flex attention":
+        model.config._attn_implementation = "flex_attention"
+    assert not eligible(model)
+    model.config._attn_implementation = "sdpa"
+    if change in ("training", "subclass", "sliding window"):
+        model.eval()
+        ids = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25]])
+        cfg = _config(do_sample=False, eos_token_id=[96], max_new_tokens=10)
+        with torch.no_grad():
+            want = model.generate(input_ids=ids, attention_mask=ids.ne(0).long(), generation_config=cfg)
+            got = decode(model, input_ids=ids, attention_mask=ids.ne(0).long(), generation_config=cfg)
+        assert torch.equal(got, want)
 
 
 def _agree(model, atol=2e-5):
