@@ -4,7 +4,8 @@
 
 Sampling is the whole cost of `rlft bootstrap`, and it goes through rlft's path: rlft.methods.bootstrap_sampling.
 sample_rows -> rlft.evaluate.generate_detailed (each prompt prefilled once for its N rows) -> the LoRA policy's
-plain sampling copy (rlft.speed.sampling) -> rlft.speed.decode's loop, at the precision rlft.speed.precision picks. Per N it samples
+plain sampling copy (rlft.speed.sampling) -> rlft.speed.decode's loop, at the precision rlft.speed.precision
+picks. Per N it samples
 `--prompts` chat prompts of data/word_problems x N at temperature 0.7, twice (the first is warm-up), and prints
 the sampled tokens/s of the second.
 

@@ -50,7 +50,8 @@ class Agreement:
     mean_rm_wrong: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"agreement": round(self.agree, 4) if self.pairs else None, "agreement_interval": [round(x, 4) for x in self.interval],
+        return {"agreement": round(self.agree, 4) if self.pairs else None,
+                "agreement_interval": [round(x, 4) for x in self.interval],
                 "agreement_pairs": self.pairs, "agreement_prompts": self.prompts, "agreement_samples": self.samples,
                 "sampled_truth_rate": round(self.truth_rate, 4),
                 "rm_mean_right": None if self.mean_rm_right is None else round(self.mean_rm_right, 4),

@@ -26,8 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = {"smollm2": {m: f"recipes/{m}_smollm2.yaml" for m in ("sft", "dpo", "reward", "ppo")},
-           "tiny": {"sft": "recipes/sft_tiny.yaml", "dpo": "recipes/dpo_tiny.yaml", "reward": "recipes/reward_tiny.yaml",
-                    "ppo": "recipes/ppo_tiny.yaml"}}
+           "tiny": {"sft": "recipes/sft_tiny.yaml", "dpo": "recipes/dpo_tiny.yaml",
+                    "reward": "recipes/reward_tiny.yaml", "ppo": "recipes/ppo_tiny.yaml"}}
 
 
 def rlft(*args: str, log: Path) -> tuple[int, float]:

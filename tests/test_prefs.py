@@ -28,7 +28,8 @@ def store_runs(tmp_path_factory, tiny_dir):
             assert exc.code == 0, args
 
     chat, plain, rm = root / "sft-chat", root / "sft-plain", root / "rm"
-    common = ("--max-steps", "2", "--batch-size", "4", "--set", "sft.max_length=320", "--set", "watch.auto_holdout=false")
+    common = ("--max-steps", "2", "--batch-size", "4", "--set", "sft.max_length=320",
+              "--set", "watch.auto_holdout=false")
     run("sft", "--data", STORE / "demos.jsonl", "-o", chat, "--set", "data.as_chat=true", *common)
     run("sft", "--data", STORE / "demos.jsonl", "-o", plain, *common)
     run("reward", "--pairs", STORE / "pairs_train.jsonl", "-o", rm, "--max-steps", "2", "--batch-size", "4",

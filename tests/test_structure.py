@@ -295,4 +295,5 @@ def test_only_the_speed_layers_callers_import_it():
     assert importers <= SPEED_CALLERS, f"import rlft.speed only from its callers: {sorted(importers - SPEED_CALLERS)}"
     inside = {name for name in g if name.startswith("rlft.speed")}
     outside = sorted({dep for name in inside for dep in g[name] if not dep.startswith("rlft.speed")})
-    assert set(outside) <= {"rlft.sources", "rlft.errors"}, f"the speed layer imports only the model cache and errors: {outside}"
+    assert set(outside) <= {"rlft.sources", "rlft.errors"}, \
+        f"the speed layer imports only the model cache and errors: {outside}"

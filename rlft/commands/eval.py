@@ -1,7 +1,8 @@
 """`rlft eval`: greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples); with
 --env / --tools, greedy episodes with the tools (rlft.episodes.score_episodes) and their task success; with
 --best-of N --reward-model RM, best-of-n: the reward model's top sampled reply scored by the verifier
-(rlft/prefs.py). A run folder's prompts are rendered as the run trained (its data.as_chat, rlft/run/prompt_format.py)."""
+(rlft/prefs.py). A run folder's prompts are rendered as the run trained (its data.as_chat,
+rlft/run/prompt_format.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Loading and per-method validation of training rows.
 
 Local .jsonl/.json/.csv files are read with the standard library, line by line (a bad row is reported by file,
-line and field; `rlft choose`/`data lint` read 10k rows without `datasets`). Parquet files and hub dataset names go through `datasets.load_dataset` (rows are then numbered
-from 1). Validation reports every bad row at once, before any model loads and before anything is written.
+line and field; `rlft choose`/`data lint` read 10k rows without `datasets`). Parquet files and hub dataset names
+go through `datasets.load_dataset` (rows are then numbered from 1). Validation reports every bad row at once,
+before any model loads and before anything is written.
 
 Row kinds, named by the signal they carry as in `rlft data lint` and `rlft choose` (canonical column names;
 `data.fields` renames a file's columns to these):

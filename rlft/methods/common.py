@@ -73,7 +73,8 @@ def hardware_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["gradient_checkpointing"] = cuda
     # Under torchrun on a machine without CUDA, transformers only sets up DDP (gloo) with use_cpu; without it
     # every process trains alone on the whole data set.
-    # TRL's bf16 autocast on a CPU (full fine-tuning with train.bf16=true on a CPU with bf16 units: rlft.speed.precision)
+    # TRL's bf16 autocast on a CPU (full fine-tuning with train.bf16=true on a CPU with bf16 units:
+    # rlft.speed.precision)
     # is refused by transformers unless use_cpu says the CPU is meant.
     if not cuda and (int(os.environ.get("WORLD_SIZE") or 1) > 1 or kwargs.get("bf16")):
         kwargs["use_cpu"] = True

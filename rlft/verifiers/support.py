@@ -10,9 +10,9 @@ store's; else 0.0. In detail:
   word for it: refund (refund, money back, reimburse), exchange (exchange, swap, trade), repair (repair,
   replace, fix, cover(s/ed), warranty). A clause that names an action is a denial when it has a negation
   ("not", "n't", "cannot", "no longer", "past", "passed", "expired", "ended", "too late", "only ... within",
-  "unfortunately", a clause opening with "sorry," or "I'm sorry,", "final"), an offer when it has an offer word ("yes", "sure",
-  "of course", "we can", "we will", "you can", "happy to", "is fine", "possible", "allowed", "eligible",
-  "qualify", "covered", "inside", "within" ...), and says nothing when it is conditional ("if", "may",
+  "unfortunately", a clause opening with "sorry," or "I'm sorry,", "final"), an offer when it has an offer word
+  ("yes", "sure", "of course", "we can", "we will", "you can", "happy to", "is fine", "possible", "allowed",
+  "eligible", "qualify", "covered", "inside", "within" ...), and says nothing when it is conditional ("if", "may",
   "might") or has neither (keyword spam: "refund refund refund" offers nothing).
   "No problem" / "no worries" are not negations.
 - Decisions: `refund` needs a refund offered and not denied; `exchange` an exchange offered and no refund
@@ -146,7 +146,8 @@ def support_policy_reward(completions: list, decision: list, policy: list, days:
     """The truth of each reply against its row's policy decision (module docstring).
 
     >>> support_policy_reward(
-    ...     ["Yes, that is within 30 days, so we will refund you.", "Yes, that is within 14 days, so we will refund you.",
+    ...     ["Yes, that is within 30 days, so we will refund you.",
+    ...      "Yes, that is within 14 days, so we will refund you.",
     ...      "Please check our website."], decision=["refund"] * 3,
     ...     policy=[{"refund_days": 30, "exchange_days": 60, "warranty_months": 12}] * 3, days=[12] * 3)
     [1.0, 0.0, 0.0]
