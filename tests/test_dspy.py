@@ -119,6 +119,27 @@ def test_finetune_is_an_rlft_run_whose_id_loads(tmp_path, tiny_dir, cli):
         assert isinstance(dspy.Predict("question -> answer")(question="1 + 1?").answer, str)
 
 
+def test_finetune_warns_when_every_kept_trace_gives_one_answer(tmp_path, tiny_dir):
+    import io
+
+    from rich.console import Console
+
+    from rlft.dspy.provider import finetune
+
+    def rows(answers):
+        return [{"messages": [{"role": "user", "content": f"review {i}"}, {"role": "assistant", "content": a}]}
+                for i, a in enumerate(answers)]
+
+    said = io.StringIO()
+    finetune(None, "tiny", rows(["positive"] * 6), "chat", {"output_dir": str(tmp_path / "one"), "max_steps": 1},
+             console=Console(file=said, width=300))
+    assert "all 6 accepted traces give the same answer ('positive')" in said.getvalue()
+    said = io.StringIO()
+    finetune(None, "tiny", rows(["positive", "negative"] * 3), "chat",
+             {"output_dir": str(tmp_path / "two"), "max_steps": 1}, console=Console(file=said, width=300))
+    assert "same answer" not in said.getvalue()
+
+
 def test_finetune_through_dspy_lm_returns_an_lm_on_the_new_model(tmp_path, tiny_dir):
     import rlft.dspy
 

@@ -88,3 +88,45 @@ def test_int_field_guided_while_a_grpo_job_samples(tmp_path, tiny_dir):
         assert all(isinstance(a, int) for a in answers), answers
     finally:
         job._restore()
+
+
+def test_a_self_taught_bootstrap_samples_what_greedy_misses_and_puts_greedy_back(tiny_dir, tmp_path):
+    """A greedy self-teacher keeps only answers the model already gives: rlft's self-taught pass is greedy first,
+    then sampled for the examples the metric refused (rlft.dspy.lm.allow_self_teacher); another teacher, and
+    the LM after the pass, stay greedy."""
+    import json
+    from typing import Literal
+
+    import rlft.dspy
+    from rlft.dspy.lm import SELF_TEACHER_TEMPERATURE
+
+    mood = dspy.Signature({"review": (str, dspy.InputField()),
+                           "mood": (Literal["positive", "negative"], dspy.OutputField())}, "Positive or negative?")
+    trainset = [dspy.Example(review=f"review {i}", mood="positive").with_inputs("review") for i in range(8)]
+    seen: list = []
+
+    def sampled_only(example, prediction, trace=None):  # refuses every greedy answer
+        seen.append(lm.kwargs.get("temperature"))
+        return float(seen[-1] == SELF_TEACHER_TEMPERATURE)
+
+    lm = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "self"), max_steps=1)
+    program = dspy.Predict(mood)
+    program.set_lm(lm)
+    dspy.BootstrapFinetune(metric=sampled_only, num_threads=4).compile(program, trainset=trainset, teacher=program)
+    assert seen == [None] * 8 + [SELF_TEACHER_TEMPERATURE] * 8  # greedy, then a sampled pass on the refused
+    assert json.loads((tmp_path / "self" / "summary.json").read_text())["train_rows"] == 8
+    assert lm.kwargs.get("temperature") is None  # greedy again for dspy.Evaluate
+
+    seen.clear()
+    lm2 = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "other"), max_steps=1)
+    student, teacher = dspy.Predict(mood), dspy.Predict(mood)
+    student.set_lm(lm2)
+    teacher.set_lm(lm2)
+    lm = lm2
+
+    def accept(example, prediction, trace=None):
+        seen.append(lm.kwargs.get("temperature"))
+        return 1.0
+
+    dspy.BootstrapFinetune(metric=accept, num_threads=4).compile(student, trainset=trainset, teacher=teacher)
+    assert seen == [None] * 8  # another teacher is run as DSPy runs it: one greedy pass

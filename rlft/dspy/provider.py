@@ -95,6 +95,14 @@ def finetune(job, model: str, train_data: list[dict[str, Any]], train_data_forma
     if not rows:
         raise UserError("BootstrapFinetune handed rlft no training rows: the metric accepted none of the teacher's "
                         "traces", "use a teacher that passes sometimes, or a metric with partial credit")
+    answers = {str(row["messages"][-1].get("content", "")) for row in rows}
+    if len(rows) >= 4 and len(answers) == 1:
+        from rich.console import Console
+
+        (console or Console(stderr=True)).print(
+            f"warning: all {len(rows)} accepted traces give the same answer ({next(iter(answers))[:60]!r}): "
+            "fine-tuning on them teaches the model that one answer; a teacher that is right on other inputs, "
+            "or dspy.GRPO, teaches more", highlight=False)
     cfg = resolve("sft", model, train_kwargs)
     out = Path(cfg.train.output_dir).resolve()
     cfg.values["train"]["output_dir"] = str(out)
