@@ -388,7 +388,16 @@ def merged_parent(adapter: str, base: str, head: str = "causal") -> Path:
     model = auto.from_pretrained(base, dtype=torch.float32, **({"num_labels": 1} if head == "score" else {}))
     if head == "score" and model.config.pad_token_id is None:
         model.config.pad_token_id = model.config.eos_token_id
-    model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    config = None
+    if head == "score":
+        # a causal-LM adapter (task_type CAUSAL_LM) merged into a score-head body: loaded as a plain PeftModel,
+        # since PeftModelForCausalLM reaches for generate's hooks, which transformers 5's
+        # LlamaForSequenceClassification no longer has
+        from peft import PeftConfig
+
+        config = PeftConfig.from_pretrained(adapter)
+        config.task_type = None
+    model = PeftModel.from_pretrained(model, adapter, config=config).merge_and_unload()
 
     def save(tmp: Path) -> None:
         model.save_pretrained(tmp)

@@ -38,3 +38,31 @@ def test_a_damaged_merged_parent_is_rebuilt(tmp_path, tiny_dir, capsys, damage):
     assert again == out and weights.read_bytes() == good
     assert "damaged" in capsys.readouterr().err
     AutoModelForCausalLM.from_pretrained(again)  # loads
+
+
+def test_a_causal_lm_adapter_merges_into_a_score_head_body(tmp_path, tiny_dir):
+    """A reward model started from a LoRA SFT run: the SFT adapter (task_type CAUSAL_LM) is merged into a
+    sequence-classification body (transformers 5 gave PeftModelForCausalLM an AttributeError there); the body's
+    weights are the merged causal LM's."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    from rlft.models import load_tokenizer, merged_parent
+
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_dir),
+                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False,
+                                      task_type="CAUSAL_LM"))
+    adapter = tmp_path / "adapter"
+    model.save_pretrained(adapter)
+    load_tokenizer(str(tiny_dir)).save_pretrained(adapter)
+    lm_body = model.merge_and_unload().base_model.state_dict()
+    scored = AutoModelForSequenceClassification.from_pretrained(merged_parent(str(adapter), str(tiny_dir), "score"),
+                                                                num_labels=1)
+    body = scored.base_model.state_dict()
+    assert body.keys() == lm_body.keys()
+    assert all(torch.equal(body[k], lm_body[k]) for k in body)
+    assert not torch.equal(body["layers.0.self_attn.q_proj.weight"],
+                           AutoModelForCausalLM.from_pretrained(tiny_dir).base_model.state_dict()[
+                               "layers.0.self_attn.q_proj.weight"])  # the adapter is in it
