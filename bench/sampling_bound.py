@@ -67,7 +67,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from rlft.chat_templates import stop_token_ids
+    from rlft.chat.templates import stop_token_ids
     from rlft.config import resolve
     from rlft.methods.bootstrap_sampling import sample_rows
     from rlft.methods.common import load_run_tokenizer

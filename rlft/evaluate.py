@@ -3,7 +3,7 @@
 Prompts are rendered the way the trainers render them: a string prompt is used as is (TRL's
 non-conversational format; `rlft.data.wrap_as_chat` makes it a user message), a message list goes through the
 tokenizer's chat template with the generation prompt added. Generation stops at eos or the template's
-end-of-turn token (rlft.chat_templates.stop_token_ids); tokens come from rlft.speed.decode's loop (the same tokens as
+end-of-turn token (rlft.chat.templates.stop_token_ids); tokens come from rlft.speed.decode's loop (the same tokens as
 `generate` when greedy; one prefill per prompt for several samples) or, for a model it does not drive, from the
 model's own `generate`; completions are decoded without special tokens. Scoring is exact match against `answer`
 unless a scorer (a verifier) is given.
@@ -32,7 +32,7 @@ def generate_detailed(model, tok, prompts: Sequence[Any], *, max_new_tokens: int
     """Like `generate`, with each completion paired with whether it ended (emitted a stop token) in budget."""
     import torch
 
-    from rlft.chat_templates import stop_token_ids
+    from rlft.chat.templates import stop_token_ids
     from rlft.speed.decode import decode
 
     texts = [render_prompt(tok, p) for p in prompts]

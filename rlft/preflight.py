@@ -219,7 +219,7 @@ def run_preflight(model: str, rows, verifier: str | list[str], num_generations: 
     torch.manual_seed(seed)
     tok = load_tokenizer(model)
     if console is not None:
-        from rlft.chat_templates import plain_prompt_note
+        from rlft.chat.templates import plain_prompt_note
 
         if note := plain_prompt_note(tok, rows, switch="--as-chat"):
             console.print(f"[yellow]note[/]: {note}")

@@ -231,7 +231,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         Field("float", 0.0, "KL coefficient against the reference (TRL's default 0: no reference)", minimum=0.0)),
     "reward": {
         "max_length": Field("int", 1024, "drop pairs longer than this many tokens", minimum=1),
-        # the reward model against a truth on the start model's own sampled replies (rlft/prefs.py)
+        # the reward model against a truth on the start model's own sampled replies (rlft/reward_model/truth.py)
         "truth_data": Field("str", None, "held-out prompts + the truth's fields (e.g. a store's test.jsonl): at the "
                             "end, the reward model's agreement with truth_verifier on the start model's samples",
                             rlft_only=True),
@@ -329,7 +329,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
                                "this (GB)", minimum=0.0),
         "heldout_max_new_tokens": Field("int", None, "generation budget of the held-out check (default: "
                                         "response_length)", minimum=1),
-        # with a reward model and a held-out truth (watch.holdout + watch.holdout_verifier): rlft/prefs.py
+        # with a reward model and a held-out truth (watch.holdout + watch.holdout_verifier): rlft/reward_model/truth.py
         "min_reward_agreement": Field("float", 0.6, "refuse to start (exit 3) when the reward model orders fewer "
                                       "of the truth's pairs of the start policy's sampled replies right (0.5 is "
                                       "chance; 0: never refuse)", minimum=0.0, maximum=1.0),

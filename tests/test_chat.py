@@ -7,7 +7,7 @@ import shutil
 import pytest
 from helpers import DATA, write_jsonl
 
-from rlft.chat_templates import wrap_as_chat
+from rlft.chat.templates import wrap_as_chat
 from rlft.config import resolve
 from rlft.data import Row
 
@@ -59,7 +59,7 @@ def test_qwen25_template_learns_assistant_tokens_only(tmp_path, tiny_dir):
     """Qwen2.5's template has no generation markers; TRL's training variant of it masks all but the answers."""
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from rlft.chat_templates import ASSISTANT_ONLY, sft_chat_loss
+    from rlft.chat.templates import ASSISTANT_ONLY, sft_chat_loss
     from rlft.models import load_tokenizer
 
     folder = _tiny_with_template(tmp_path, tiny_dir, qwen2_5_chat_template)
@@ -70,7 +70,7 @@ def test_qwen25_template_learns_assistant_tokens_only(tmp_path, tiny_dir):
 
 
 def test_template_without_training_variant_falls_back_to_the_last_turn(tmp_path, tiny_dir, cli):
-    from rlft.chat_templates import LAST_TURN, sft_chat_loss
+    from rlft.chat.templates import LAST_TURN, sft_chat_loss
     from rlft.models import load_tokenizer
 
     folder = _tiny_with_template(tmp_path, tiny_dir, SMOLLM2_TEMPLATE)
@@ -113,7 +113,7 @@ def test_plain_prompts_note_and_as_chat_switch(cli, tmp_path):
 
 
 def test_stop_tokens_include_the_templates_end_of_turn(tiny_dir):
-    from rlft.chat_templates import end_of_turn_token, stop_token_ids
+    from rlft.chat.templates import end_of_turn_token, stop_token_ids
     from rlft.models import load_tokenizer
 
     tok = load_tokenizer(str(tiny_dir))
@@ -128,7 +128,7 @@ def test_stop_tokens_include_the_templates_end_of_turn(tiny_dir):
 
 @pytest.mark.parametrize("template", [None, "{{ messages[0]['content'] }}"])
 def test_no_usable_template_has_no_end_of_turn(tiny_dir, template):
-    from rlft.chat_templates import end_of_turn_token
+    from rlft.chat.templates import end_of_turn_token
     from rlft.models import load_tokenizer
 
     tok = load_tokenizer(str(tiny_dir))

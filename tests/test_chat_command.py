@@ -53,7 +53,7 @@ def test_interactive_loop_through_stdin(rlft_cache, tiny_dir):
 
 
 def test_history_system_prompt_and_text_mode(sft_model):
-    from rlft.chat_session import chat_loop, load_chat
+    from rlft.chat.session import chat_loop, load_chat
 
     chat = load_chat("tiny", max_new_tokens=4)
     err = io.StringIO()
@@ -71,7 +71,7 @@ def test_history_system_prompt_and_text_mode(sft_model):
 
 
 def test_multi_line_input():
-    from rlft.chat_session import read_message
+    from rlft.chat.session import read_message
 
     lines = iter(["first \\\n", "second\n", '"""\n', "a\n", "\n", "b\n", '"""\n', "last\n"])
     err = io.StringIO()

@@ -56,7 +56,7 @@ def sft_run(tmp_path_factory, smollm2):
 
 
 def test_smollm2_converted_folder(smollm2):
-    from rlft.chat_templates import end_of_turn_token, stop_token_ids
+    from rlft.chat.templates import end_of_turn_token, stop_token_ids
     from rlft.models import load_tokenizer
 
     config = json.loads(open(f"{smollm2}/config.json").read())
@@ -133,7 +133,7 @@ def test_dpo_first_loss_is_ln2(smollm2, tmp_path, cli):
 
 def test_reward_score_head_with_pad_equal_eos(smollm2, tmp_path, cli):
     from rlft.models import load_tokenizer
-    from rlft.reward_scoring import RewardModelReward, score
+    from rlft.reward_model.scoring import RewardModelReward, score
 
     pairs = write_jsonl(tmp_path / "P.jsonl", PAIRS)
     out = tmp_path / "RM"

@@ -14,11 +14,11 @@ from rlft.data import read_rows
 @pytest.mark.parametrize("pairs", ["arith/pairs_train.jsonl", "support/pairs_chat.jsonl"])
 def test_scoring_path_tokenizes_exactly_like_reward_trainer(tmp_path, tiny_dir, pairs):
     """What the reward model is trained on (RewardTrainer's own tokenisation, eos appended for plain
-    text) must equal what `rlft.reward_scoring` feeds it when PPO or GRPO score a completion."""
+    text) must equal what `rlft.reward_model.scoring` feeds it when PPO or GRPO score a completion."""
     from rich.console import Console
 
     from rlft.methods.reward import build, prepare
-    from rlft.reward_scoring import reward_input_ids
+    from rlft.reward_model.scoring import reward_input_ids
 
     rows = read_rows(str(DATA / pairs))[:20]
     cfg = resolve("reward", None, {}, ["train.output_dir=" + str(tmp_path), "reward.max_length=1024"])
@@ -52,7 +52,7 @@ def test_reward_trains_and_reports_pair_accuracy(cli, tmp_path, sft_short):
     assert AutoModelForSequenceClassification.from_pretrained(out).config.num_labels == 1
 
     # Scored as a GRPO/PPO reward (the same path): chosen beats rejected on the pairs it learned.
-    from rlft.reward_scoring import RewardModelReward
+    from rlft.reward_model.scoring import RewardModelReward
 
     rm = RewardModelReward(str(out))
     rows = [json.loads(line) for line in (DATA / "arith/pairs_train.jsonl").read_text().splitlines()][:64]
@@ -70,7 +70,7 @@ def test_a_seeded_reward_run_repeats(cli, tmp_path, tiny_dir):
     """The score head is new weights, drawn while the model loads: from train.seed, so two runs with one seed
     score every pair alike (before, the head came from whatever state the process's RNG was in), and another
     seed gives another model."""
-    from rlft.reward_scoring import RewardModelReward
+    from rlft.reward_model.scoring import RewardModelReward
 
     rows = [json.loads(line) for line in (DATA / "arith/pairs_eval.jsonl").read_text().splitlines()][:16]
 
@@ -96,7 +96,7 @@ def test_reward_rejects_rows_without_rejected(cli, tmp_path):
 def test_lora_reward_run_scores_as_a_reward(cli, tmp_path):
     """A LoRA reward run is an adapter folder: scoring it must give the base a one-output head (a plain
     from_pretrained builds two and refuses the adapter's head) and read the same score batched or alone."""
-    from rlft.reward_scoring import RewardModelReward, score
+    from rlft.reward_model.scoring import RewardModelReward, score
 
     out = tmp_path / "rm-lora"
     r = cli("reward", "--pairs", DATA / "arith/pairs_train.jsonl", "-o", out, "--max-steps", "2", "--lora",

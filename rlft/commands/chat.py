@@ -41,7 +41,7 @@ def chat(
     from rlft.quiet import quiet_libraries
 
     quiet_libraries()
-    from rlft.chat_session import chat_loop, load_chat
+    from rlft.chat.session import chat_loop, load_chat
 
     session = load_chat(source, fmt.value, max_new_tokens=max_new_tokens, temperature=temperature,
                         system=system)

@@ -127,7 +127,7 @@ def choose(
             if not s.verifier:
                 raise UserError("the pre-flight needs a verifier and none was recognised for these rows",
                                 "pass --verifier NAME")
-            from rlft.chat_templates import wrap_as_chat
+            from rlft.chat.templates import wrap_as_chat
 
             preflight(s, num_generations=num_generations, max_prompts=max_prompts,
                       rows=wrap_as_chat(s.data_rows) if as_chat else None)

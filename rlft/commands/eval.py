@@ -1,7 +1,7 @@
 """`rlft eval`: greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples); with
 --env / --tools, greedy episodes with the tools (rlft.episodes.score_episodes) and their task success; with
 --best-of N --reward-model RM, best-of-n: the reward model's top sampled reply scored by the verifier
-(rlft/prefs.py). A run folder's prompts are rendered as the run trained (its data.as_chat,
+(rlft/reward_model/truth.py). A run folder's prompts are rendered as the run trained (its data.as_chat,
 rlft/run/prompt_format.py)."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def eval_(
         "cannot render tool calls (training: --set model.chat_template=chatml-tools).")] = None,
 ) -> None:
     """Greedy pass@1 and mean reward on held-out verifiable rows (plus pass rate over K samples)."""
-    from rlft.chat_templates import wrap_as_chat
+    from rlft.chat.templates import wrap_as_chat
     from rlft.checks import check_budget, check_generation, check_language_model, probe_model
     from rlft.data import read_rows, validate_verifiable
 
@@ -87,7 +87,7 @@ def eval_(
     check_language_model(model, config)  # a reward model cannot generate
     check_budget(model, max_new_tokens, config)
     quiet_libraries()
-    from rlft.chat_templates import plain_prompt_note
+    from rlft.chat.templates import plain_prompt_note
     from rlft.evaluate import evaluate_rows, exact_match
     from rlft.models import load_for_inference, load_tokenizer
     from rlft.tools import use_chat_template
@@ -159,12 +159,12 @@ def _episodes(net, tok, model: str, rows, setup, scorer, max_new_tokens: int, js
 
 def _best_of(net, tok, rows, scorer, reward_model: str, best_of: list[int], max_new_tokens: int, temperature: float,
              json_out: bool) -> None:
-    """Greedy pass@1, then best-of-n (rlft.prefs) with the reward model picking among the sampled replies."""
+    """Greedy pass@1, then best-of-n (rlft.reward_model.truth): the reward model picks among the sampled replies."""
     import time
 
     from rlft.evaluate import evaluate_rows
-    from rlft.prefs import agreement, best_of_n, sample_and_score
-    from rlft.reward_scoring import RewardModelReward
+    from rlft.reward_model.scoring import RewardModelReward
+    from rlft.reward_model.truth import agreement, best_of_n, sample_and_score
 
     began = time.time()
     rm = RewardModelReward(reward_model)

@@ -29,7 +29,7 @@ def preflight_(
     as_chat: AsChat = False,
 ) -> None:
     """Will GRPO learn? Sample G completions per prompt, score them, and say go or refuse (exit 3)."""
-    from rlft.chat_templates import wrap_as_chat
+    from rlft.chat.templates import wrap_as_chat
     from rlft.checks import check_budget, check_generation, check_language_model, probe_model
     from rlft.data import read_rows
     from rlft.preflight import run_preflight

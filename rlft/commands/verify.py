@@ -14,7 +14,7 @@ bad JSON, a missing or unparseable gold field) is a UserError: `error: ...` and 
 
 With `--reward-model RM --model POLICY` the verifier is the truth a reward model is checked against: replies
 sampled from POLICY for the rows' prompts are scored by both, and the share of the truth's pairs the reward model
-orders right is printed (rlft/prefs.py), with its pair accuracy on `--pairs`.
+orders right is printed (rlft/reward_model/truth.py), with its pair accuracy on `--pairs`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def verify(
     reward_model: Annotated[str | None, typer.Option(
         "--reward-model", help="Check a reward model against this verifier (the truth): sample replies of --model "
                                "for the rows' prompts and report how often the reward model orders them as the "
-                               "truth does (rlft/prefs.py), with its pair accuracy on --pairs.")] = None,
+                               "truth does (rlft/reward_model/truth.py), with its pair accuracy on --pairs.")] = None,
     model: Annotated[str | None, typer.Option(
         "--model", "-m", help="With --reward-model: the policy whose sampled replies are scored (e.g. the SFT run "
                               "PPO would start from).")] = None,
@@ -110,8 +110,8 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
     if not (reward_model and model):
         raise UserError("checking a reward model needs --reward-model RM and --model POLICY",
                         "e.g. rlft verify support_policy -d test.jsonl --reward-model runs/rm --model runs/sft")
-    from rlft.prefs import policy_agreement, truth_rows
-    from rlft.reward_scoring import RewardModelReward
+    from rlft.reward_model.scoring import RewardModelReward
+    from rlft.reward_model.truth import policy_agreement, truth_rows
     from rlft.run.prompt_format import resolve_as_chat
 
     as_chat, _ = resolve_as_chat(model, None)
@@ -119,9 +119,9 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
     rm = RewardModelReward(reward_model)
     out: dict[str, Any] = {}
     if pairs is not None:
-        from rlft.chat_templates import wrap_as_chat
+        from rlft.chat.templates import wrap_as_chat
         from rlft.data import read_rows
-        from rlft.reward_scoring import pair_accuracy
+        from rlft.reward_model.scoring import pair_accuracy
 
         model_, tok = rm.load()
         held = [r.data for r in (wrap_as_chat(read_rows(str(pairs))) if as_chat else read_rows(str(pairs)))]

@@ -468,7 +468,7 @@ def load_split(data_cfg: Any, kind: str, seed: int = 42, hashes: dict | None = N
         raise DataError(problems, _FIXES[kind] + (f"; data.max_rows={data_cfg.max_rows} keeps only the file's "
                                                   "first rows: raise it, or shuffle the file" if cut else ""))
     if data_cfg.get("as_chat"):
-        from rlft.chat_templates import wrap_as_chat
+        from rlft.chat.templates import wrap_as_chat
 
         train, evals = wrap_as_chat(train), wrap_as_chat(evals)
     if not evals and data_cfg.eval_fraction:

@@ -8,7 +8,7 @@ cache, retries, history, callbacks and its `n` fan-out: n candidates are n calls
   (`serve(name, model)`), so DSPy's next samples come from the weights just updated;
 - renders the request with the tokenizer's chat template (system + messages, generation prompt), generates
   with the request's temperature (None or 0: greedy), top_p and max_tokens, stops at the end of turn (eos and
-  the template's end-of-turn token, rlft.chat_templates.stop_token_ids) and at the request's stop strings;
+  the template's end-of-turn token, rlft.chat.templates.stop_token_ids) and at the request's stop strings;
 - reads DSPy's ChatAdapter format off the request (its system message lists the output fields, its last user
   message names the first one): the answer is started with that field's header (`[[ ## label ## ]]` and a
   newline, a response prefix), and when the signature has a single output field the answer ends at its first
@@ -209,7 +209,7 @@ class LocalEngine:
     # --- the models ---------------------------------------------------------------------------------------
     def serve(self, name: str, model, tok=None) -> Served:
         """Answer requests for `name` from `model` (a ReinforceJob's policy) from now on."""
-        from rlft.chat_templates import stop_token_ids
+        from rlft.chat.templates import stop_token_ids
 
         tok = tok or self.served(name).tok
         served = Served(model, tok, stop_token_ids(tok, model))
@@ -223,7 +223,7 @@ class LocalEngine:
         """The model for `name`, loaded at its first request."""
         with self._load_lock:
             if name not in self._served:
-                from rlft.chat_templates import stop_token_ids
+                from rlft.chat.templates import stop_token_ids
                 from rlft.models import load_for_inference, load_tokenizer
 
                 tok = load_tokenizer(name)

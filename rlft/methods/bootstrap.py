@@ -115,7 +115,7 @@ def plan_text(cfg: RunConfig) -> str:
 
 def prepare(cfg: RunConfig, train_rows, eval_rows, console: Console) -> Prepared:
     """Before the run folder exists: refuse tools, validate gold, load the student (and teacher), pre-flight."""
-    from rlft.chat_templates import stop_token_ids
+    from rlft.chat.templates import stop_token_ids
     from rlft.models import load_for_inference, load_model, load_tokenizer
     from rlft.preflight import PreflightRefused
     from rlft.speed import attach

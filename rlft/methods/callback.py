@@ -88,30 +88,37 @@ class RunCallback(TrainerCallback):
             self._heldout(state, control, kwargs)
 
     def on_step_end(self, args, state, control, **kwargs):
+        from rlft.run.step_plan import after_step, check_due
+
         if self.progress is not None:
             self.progress.update(self.task, completed=state.global_step)
         self.limit.step_done()
         h = self.setup.holdout
-        if h is not None and (state.global_step % h.every_for(state.max_steps) == 0
-                              or state.global_step == state.max_steps):
+        step, total = state.global_step, state.max_steps
+        due = check_due(step, total, h.every_for(total) if h is not None else None)
+        if due:
             self._heldout(state, control, kwargs)
-        if (self.limit.on and state.global_step < state.max_steps
-                and any_process(getattr(self.trainer, "accelerator", None),
-                                self.limit.out_of_time(state.global_step, h is not None))):
-            if h is not None:  # the closing check (skipped where one ran at this step)
-                self._heldout(state, control, kwargs)
-            self.limit.stopped_at = state.global_step
-            self.timed_out = self.limit.record(state.max_steps)
-            self.console.print(self.limit.line(state.max_steps), highlight=False)
-            control.should_log = True  # the last step's metrics go to metrics.jsonl
-            if args.save_strategy == "steps":  # a checkpoint, as the trainer saves one at max_steps
-                control.should_save = True
-            control.should_training_stop = True
-        if self.interrupt.signum is not None:
-            control.should_save = True
-            control.should_training_stop = True
-        if self.watcher.prune:
-            control.should_training_stop = True
+        out_of_time = (self.limit.on and step < total
+                       and any_process(getattr(self.trainer, "accelerator", None),
+                                       self.limit.out_of_time(step, h is not None)))
+
+        def plan(checked: bool):
+            return after_step(step, total, checked=checked, has_checks=h is not None, out_of_time=out_of_time,
+                              interrupted=self.interrupt.signum is not None,
+                              alarm_stop=self.watcher.stopped_by is not None, prune=self.watcher.prune,
+                              saves_checkpoints=args.save_strategy == "steps")  # TRL keeps its own save cadence
+
+        decided = plan(due)
+        if decided.closing_check:
+            self._heldout(state, control, kwargs)
+            decided = plan(True)  # the closing check may have stopped the run
+        if decided.ending == "time_limit":
+            self.limit.stopped_at = step
+            self.timed_out = self.limit.record(total)
+            self.console.print(self.limit.line(total), highlight=False)
+        control.should_log = control.should_log or decided.log  # the last step's metrics go to metrics.jsonl
+        control.should_save = control.should_save or decided.save
+        control.should_training_stop = control.should_training_stop or decided.stop
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:

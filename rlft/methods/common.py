@@ -376,8 +376,8 @@ def load_run_tokenizer(cfg: RunConfig):
 
 
 def note_plain_prompts(cfg: RunConfig, rows, console: Console) -> None:
-    """Say so before training when plain-string prompts meet a model with a chat template (rlft.chat_templates)."""
-    from rlft.chat_templates import has_plain_prompts, plain_prompt_note
+    """Say so before training when plain-string prompts meet a model with a chat template (rlft.chat.templates)."""
+    from rlft.chat.templates import has_plain_prompts, plain_prompt_note
 
     as_chat = cfg.data.get("as_chat")
     if not as_chat and not has_plain_prompts(rows):

@@ -83,7 +83,7 @@ def prepare(cfg, section: str, train_rows, eval_rows, console: Console) -> Prepa
     model = load_model(cfg.model)
     # TRL stops generation (and ends the completion mask) at the generation config's eos ids plus the
     # tokenizer's eos: add the chat template's end-of-turn token, which some tokenizers' eos is not.
-    from rlft.chat_templates import stop_token_ids
+    from rlft.chat.templates import stop_token_ids
 
     model.generation_config.eos_token_id = stop_token_ids(tok, model)
     from rlft import speed

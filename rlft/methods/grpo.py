@@ -8,7 +8,7 @@ token-level loss normalisation) and adds, before any training step:
   - a pre-flight (on by default): sample G completions for some prompts and refuse the run when too few
     groups are mixed, since all-equal groups have zero advantage and teach nothing;
   - optional prompt filtering to the prompts whose pre-flight group was mixed;
-  - generation stops at the chat template's end-of-turn token too (rlft.chat_templates.stop_token_ids), not only at
+  - generation stops at the chat template's end-of-turn token too (rlft.chat.templates.stop_token_ids), not only at
     the tokenizer's eos; with pad == eos (SmolLM2, Qwen2.5) TRL's mask keeps the first eos and drops the rest.
 After training, held-out pass@1 (greedy, scored by the same verifiers) goes into summary.json.
 """

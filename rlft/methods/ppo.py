@@ -7,7 +7,7 @@ What it is. Each step takes B prompts (train.per_device_train_batch_size per pro
   1. rollout: samples one response per prompt from the policy (temperature `temperature`, no top-k/top-p, at
      most `response_length` tokens, cut after the first eos) and keeps each token's log-prob under the
      sampling distribution; scores the response with the verifier(s) or the reward model (through
-     rlft.reward_scoring, the path `rlft reward` was evaluated on) and subtracts `missing_eos_penalty` from
+     rlft.reward_model.scoring, the path `rlft reward` was evaluated on) and subtracts `missing_eos_penalty` from
      responses that never emitted eos; runs the frozen reference (with LoRA: the policy with its adapter
      disabled, so one base model sits in memory, not two) and the value model over the same tokens;
   2. advantages: per-token reward R'_t = -kl_coef * (log pi - log pi_ref), plus the score on the response's
@@ -31,7 +31,7 @@ Where it departs from TRL's old PPOTrainer (trl <= 1.12, trl.experimental.ppo):
   - the same data as the other rlft methods: text or chat prompts with gold fields, rendered like
     GRPO renders them; no pre-tokenised `input_ids`; stopping at eos is the default, not opt-in;
   - the reward can be a verifier (any rlft verifier spec) as well as a reward model (TRL issue #3093); a
-    reward model is scored through rlft.reward_scoring.score on the decoded text, so the reward model need not
+    reward model is scored through rlft.reward_model.scoring.score on the decoded text, so the reward model need not
     share the policy's tokenizer;
   - the score goes on the response's last real token (its eos), not one position past it, and the value is
     fitted on exactly the response's tokens (TRL's `padding_mask_p1` put both on a padding position);
@@ -177,10 +177,10 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
 
 def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
     """The reward model against the held-out truth (watch.holdout scored by watch.holdout_verifier) on replies
-    sampled from the start policy, the distribution PPO optimises (rlft.prefs); exit 3 when it is near chance
-    (ppo.min_reward_agreement)."""
-    from rlft.prefs import check_agreement, policy_agreement, truth_rows
-    from rlft.reward_scoring import RewardModelReward
+    sampled from the start policy, the distribution PPO optimises (rlft.reward_model.truth); exit 3 when it is
+    near chance (ppo.min_reward_agreement)."""
+    from rlft.reward_model.scoring import RewardModelReward
+    from rlft.reward_model.truth import check_agreement, policy_agreement, truth_rows
     from rlft.run.folder import process_console
 
     console = process_console(console)
@@ -195,213 +195,258 @@ def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
 
 
 def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
-    """The loop: trackers, networks, optimizer and schedule, resume, held-out before, steps, the ending."""
-    import torch
-    from accelerate import Accelerator
-    from accelerate.utils import set_seed
-    from transformers import get_scheduler
-
-    from rlft.methods.ppo_math import explained_variance
-    from rlft.run.folder import Interrupt, any_process
-    from rlft.watch.monitor import ProgressLine, RolloutRecorder, Watcher, alarm_state, progress_bar
-
-    cfg, out, ckpt, prior, record = run_.cfg, run_.out, run_.checkpoint, run_.prior, run_.record
-    watch, console = run_.watch, run_.console
-
-    trackers = tracker_names(cfg.train.report_to)  # train.report_to: the scalars of metrics.jsonl, under train/
-    accelerator = Accelerator(log_with=trackers or None, project_dir=str(out / "runs"))
-    if trackers:  # project "rlft" (tensorboard: RUN/runs/rlft/; TRL's methods write RUN/runs/<date>_<host>/)
-        names = {"wandb": {"name": out.name}, "trackio": {"name": out.name}}  # the run as the folder is called
-        accelerator.init_trackers("rlft", config=tracker_config(cfg),
-                                  init_kwargs={k: v for k, v in names.items() if k in trackers})
-    set_seed(cfg.train.seed)
-    main = accelerator.is_main_process
-    tok, policy, ref, value = build_networks(cfg)
-    from rlft import speed
-
-    speed.attach(policy, console)  # LoRA on the CPU: rollouts from a plain copy of the policy (rlft.speed.sampling)
-    model = policy_and_value(policy, value)
-    params = [p for p in model.parameters() if p.requires_grad]
-    t = cfg.train  # AdamW as transformers' Trainer builds it: its TrainingArguments defaults, overridable here
-    optimizer = torch.optim.AdamW(params, lr=t.learning_rate or DEFAULT_LR, weight_decay=t.get("weight_decay") or 0.0,
-                                  betas=(t.get("adam_beta1") or 0.9, t.get("adam_beta2") or 0.999),
-                                  eps=t.get("adam_epsilon") or 1e-8)
-    batch = cfg.train.per_device_train_batch_size
-    world = accelerator.num_processes
-    total = cfg.train.max_steps if cfg.train.max_steps > 0 else \
-        max(1, math.ceil(len(train_rows) * cfg.train.num_train_epochs / (batch * world)))
-    scheduler = get_scheduler(cfg.train.get("lr_scheduler_type") or "linear", optimizer,
-                              num_warmup_steps=int(cfg.train.get("warmup_steps") or 0), num_training_steps=total)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.register_for_checkpointing(scheduler)
-    if ref is not None:
-        ref.to(accelerator.device)
-    reward_fn = reward_function(cfg)
-    for part in getattr(reward_fn, "parts", [reward_fn]):
-        if hasattr(part, "load"):  # a reward model: load it once, on the training device
-            part.load()[0].to(accelerator.device)
-    inner = accelerator.unwrap_model(model)
-    order = PromptOrder(len(train_rows), batch, world, accelerator.process_index, cfg.train.seed)
-    generator = torch.Generator().manual_seed(cfg.train.seed + 7919 * accelerator.process_index)
-
-    step, episodes, carried = 0, 0, {}
-    if ckpt is not None:
-        accelerator.load_state(str(ckpt))
-        state = json.loads((ckpt / STATE_FILE).read_text())
-        step, episodes = state["step"], state["episodes"]
-        generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
-        carried = state.get("heldout_before", {})
-
-    if ckpt is not None and main:  # a crash after the checkpoint logged steps that will run again
-        _truncate_metrics(out / "metrics.jsonl", step)
-    watcher = Watcher(out, console, watch)  # writes on the main process only
-    from rlft.methods.keep import KeptModels
-
-    def save(path: str) -> None:
-        if main:
-            inner.policy.save_pretrained(path)
-            tok.save_pretrained(path)
-
-    # the start and the best held-out check's model, and at the end the one the run folder keeps (as TRL runs do)
-    kept = KeptModels(out, watcher, save, watch.keep_best, main=main)
-    recorder = RolloutRecorder()
-    reward_call = recorder.wrap(reward_fn, 0, 1.0)
-    watcher.recorder = recorder
-    interrupt = Interrupt()
-    progress = progress_bar(console) if main else None
-    logging_steps = max(1, int(cfg.train.logging_steps or 1))
-    save_steps = int(cfg.train.save_steps or 0)
-    line = ProgressLine()
-
-    def refresh(record_: dict) -> None:
-        stats = line.stats(record_, watcher.alarm_names)
-        if progress is not None:
-            progress.update(task, completed=step, stats=stats)
-
-    def checkpoint() -> Path:
-        return save_checkpoint(accelerator, out, step, {"episodes": episodes, "heldout_before": before,
-                                                        "generator": generator.get_state().tolist()},
-                               cfg.train.save_total_limit)
-
-    before = carried or prior.get("heldout_before") or {}
-    if heldout_rows and not before and main:
-        before = heldout(inner.policy, tok, heldout_rows, scorer, reward_fn, budget, bool(cfg.ppo.reward_model))
-        console.print("held-out before: " + "  ".join(f"{k} {v:.3f}" for k, v in before.items()), highlight=False)
-    record.update(heldout_before=before)
-    console.print(f"[bold]rlft ppo[/]: {len(train_rows)} prompts, {total} steps x {batch * world} prompts, "
-                  f"{cfg.ppo.num_ppo_epochs} epochs x {cfg.ppo.num_mini_batches} minibatches -> {out}")
-    window: dict[str, list[float]] = {}
-    start_time, start_step, start_episodes = time.time(), step, episodes
-    limit = TimeLimit(cfg.train.get("max_minutes"))  # train.max_minutes: end within it, checked, as at `total`
-    timed: dict | None = None  # summary.json's time_limit when the limit ended the run
-
-    def log(window_: dict[str, list[float]]) -> dict[str, list[float]]:
-        """Log the steps since the last log (means over them); returns the emptied window."""
-        rec = {"step": step, "epoch": round(order.epoch(step), 4), "episodes": episodes}
-        rec.update(_reduce(accelerator, {k: sum(v) / len(v) for k, v in window_.items()}))
-        rec["episodes_per_second"] = round((episodes - start_episodes) / (time.time() - start_time), 3)
-        watcher.log(rec)
-        _track(accelerator, rec, step)
-        refresh(rec)
-        return {}
-
-    def check() -> None:
-        """A held-out check at `step` and the save it makes, timed for the limit (the main process)."""
-        began = time.monotonic()
-        refresh(watcher.heldout(inner.policy, tok, step, order.epoch(step)))
-        kept.after_check()
-        limit.checked(time.monotonic() - began)
-    status, pruned = "completed", False
+    """The loop: set up (trackers, networks, optimizer and schedule, resume), the held-out check before, the steps,
+    the ending."""
+    loop = _Loop(run_, train_rows, heldout_rows, scorer, budget)
+    status, pruned = loop.steps()  # an error in the loop propagates as it is (steps() stops the progress line)
     try:
-        if progress is not None:
-            progress.start()
-            task = progress.add_task("ppo", total=total, completed=step, stats=alarm_state(watcher.alarm_names))
-        limit.begin()
-        if watch.holdout is not None and main and step == 0:
-            check()
-        with interrupt.installed():
-            while step < total:
-                rows = [train_rows[i].data for i in order.indices(step)]
-                ro = rollout(inner.policy, inner.value, ref, tok, rows, reward_call, cfg, accelerator.device)
-                stats = {k: float(v) for k, v in ro.stats.items()}
-                stats.update(update(model, optimizer, accelerator, ro, cfg, generator))
-                stats["val/explained_variance"] = explained_variance(ro.values, ro.returns, ro.mask)
-                stats["learning_rate"] = scheduler.get_last_lr()[0]
-                scheduler.step()
-                step += 1
-                episodes += len(rows) * world
-                for k, v in stats.items():
-                    window.setdefault(k, []).append(v)
-                limit.step_done()
-                if step % logging_steps == 0 or step == total:
-                    window = log(window)
-                h = watch.holdout
-                due = h is not None and (step % h.every_for(total) == 0 or step == total)
-                if due and main:
-                    check()
-                timed_out = (limit.on and step < total
-                             and any_process(accelerator, limit.out_of_time(step, h is not None)))
-                if timed_out and window:  # the last step's metrics, where this step did not log
-                    window = log(window)
-                if timed_out and h is not None and main and not due:
-                    check()  # the closing check
-                if progress is not None:
-                    progress.update(task, completed=step)
-                stop = any_process(accelerator, interrupt.signum is not None or watcher.stopped_by is not None)
-                if stop or (save_steps and step % save_steps == 0 and step < total):
-                    checkpoint()
-                    if main:
-                        watcher.samples(step)
-                if stop:
-                    status = "stopped" if watcher.stopped_by is not None else "interrupted"
-                    break
-                if timed_out:
-                    limit.stopped_at = step
-                    timed = limit.record(total)
-                    console.print(limit.line(total), highlight=False)
-                    if save_steps:  # a checkpoint to --resume from, where the run saves them
-                        checkpoint()
-                    break
-                if any_process(accelerator, watcher.prune):  # rlft sweep's pruner: a shorter completed run
-                    pruned = True
-                    break
+        return loop.finish(status, pruned)
     finally:
-        if progress is not None and progress.live.is_started:
-            progress.stop()
-        watcher.flush()
-    train_seconds = round(time.time() - start_time, 2)
-    alarms = [a["name"] for a in watcher.fired]
-    last_log = next((r for r in reversed(watcher.history) if "reward" in r), {})
-    try:
+        loop.watcher.close()
+        loop.accelerator.end_training()
+
+
+class _Loop:
+    """One PPO run's state between its steps: what the loop body, its checks, logs and checkpoints share."""
+
+    def __init__(self, run_: Run, train_rows, heldout_rows, scorer, budget) -> None:
+        import torch
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+        from transformers import get_scheduler
+
+        from rlft import speed
+        from rlft.methods.keep import KeptModels
+        from rlft.run.folder import Interrupt
+        from rlft.watch.monitor import ProgressLine, RolloutRecorder, Watcher, progress_bar
+
+        self.run_, self.train_rows, self.heldout_rows, self.scorer, self.budget = \
+            run_, train_rows, heldout_rows, scorer, budget
+        cfg, out, ckpt = run_.cfg, run_.out, run_.checkpoint
+        self.cfg, self.out, self.console, self.watch = cfg, out, run_.console, run_.watch
+        trackers = tracker_names(cfg.train.report_to)  # train.report_to: the scalars of metrics.jsonl, under train/
+        accelerator = self.accelerator = Accelerator(log_with=trackers or None, project_dir=str(out / "runs"))
+        if trackers:  # project "rlft" (tensorboard: RUN/runs/rlft/; TRL's methods write RUN/runs/<date>_<host>/)
+            names = {"wandb": {"name": out.name}, "trackio": {"name": out.name}}  # the run as the folder is called
+            accelerator.init_trackers("rlft", config=tracker_config(cfg),
+                                      init_kwargs={k: v for k, v in names.items() if k in trackers})
+        set_seed(cfg.train.seed)
+        self.main = main = accelerator.is_main_process
+        self.tok, policy, self.ref, value = build_networks(cfg)
+        speed.attach(policy, self.console)  # LoRA on the CPU: rollouts from a plain copy (rlft.speed.sampling)
+        model = policy_and_value(policy, value)
+        params = [p for p in model.parameters() if p.requires_grad]
+        t = cfg.train  # AdamW as transformers' Trainer builds it: its TrainingArguments defaults, overridable here
+        optimizer = torch.optim.AdamW(params, lr=t.learning_rate or DEFAULT_LR,
+                                      weight_decay=t.get("weight_decay") or 0.0,
+                                      betas=(t.get("adam_beta1") or 0.9, t.get("adam_beta2") or 0.999),
+                                      eps=t.get("adam_epsilon") or 1e-8)
+        self.batch = batch = cfg.train.per_device_train_batch_size
+        self.world = world = accelerator.num_processes
+        self.total = cfg.train.max_steps if cfg.train.max_steps > 0 else \
+            max(1, math.ceil(len(train_rows) * cfg.train.num_train_epochs / (batch * world)))
+        self.scheduler = get_scheduler(cfg.train.get("lr_scheduler_type") or "linear", optimizer,
+                                       num_warmup_steps=int(cfg.train.get("warmup_steps") or 0),
+                                       num_training_steps=self.total)
+        self.model, self.optimizer = accelerator.prepare(model, optimizer)
+        accelerator.register_for_checkpointing(self.scheduler)
+        if self.ref is not None:
+            self.ref.to(accelerator.device)
+        self.reward_fn = reward_function(cfg)
+        for part in getattr(self.reward_fn, "parts", [self.reward_fn]):
+            if hasattr(part, "load"):  # a reward model: load it once, on the training device
+                part.load()[0].to(accelerator.device)
+        self.inner = accelerator.unwrap_model(self.model)
+        self.order = PromptOrder(len(train_rows), batch, world, accelerator.process_index, cfg.train.seed)
+        self.generator = torch.Generator().manual_seed(cfg.train.seed + 7919 * accelerator.process_index)
+
+        self.step, self.episodes, carried = 0, 0, {}
+        if ckpt is not None:
+            accelerator.load_state(str(ckpt))
+            state = json.loads((ckpt / STATE_FILE).read_text())
+            self.step, self.episodes = state["step"], state["episodes"]
+            self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+            carried = state.get("heldout_before", {})
+        if ckpt is not None and main:  # a crash after the checkpoint logged steps that will run again
+            _truncate_metrics(out / "metrics.jsonl", self.step)
+        self.watcher = Watcher(out, self.console, self.watch)  # writes on the main process only
+        # the start and the best held-out check's model, and at the end the one the run folder keeps (as TRL runs do)
+        self.kept = KeptModels(out, self.watcher, self.save, self.watch.keep_best, main=main)
+        recorder = RolloutRecorder()
+        self.reward_call = recorder.wrap(self.reward_fn, 0, 1.0)
+        self.watcher.recorder = recorder
+        self.interrupt = Interrupt()
+        self.progress = progress_bar(self.console) if main else None
+        self.task = None
+        self.logging_steps = max(1, int(cfg.train.logging_steps or 1))
+        self.save_steps = int(cfg.train.save_steps or 0)
+        self.line = ProgressLine()
+        self.before = carried or run_.prior.get("heldout_before") or {}
+        if heldout_rows and not self.before and main:
+            self.before = self.heldout_scores()
+            self.console.print("held-out before: " + "  ".join(f"{k} {v:.3f}" for k, v in self.before.items()),
+                               highlight=False)
+        run_.record.update(heldout_before=self.before)
+        self.console.print(f"[bold]rlft ppo[/]: {len(train_rows)} prompts, {self.total} steps x {batch * world} "
+                           f"prompts, {cfg.ppo.num_ppo_epochs} epochs x {cfg.ppo.num_mini_batches} minibatches "
+                           f"-> {out}")
+        self.window: dict[str, list[float]] = {}
+        self.start_time, self.start_step, self.start_episodes = time.time(), self.step, self.episodes
+        self.limit = TimeLimit(cfg.train.get("max_minutes"))  # train.max_minutes: end within it, as at `total`
+        self.timed: dict | None = None  # summary.json's time_limit when the limit ended the run
+
+    # ---- what the steps share
+    def save(self, path: str) -> None:
+        if self.main:
+            self.inner.policy.save_pretrained(path)
+            self.tok.save_pretrained(path)
+
+    def heldout_scores(self) -> dict[str, float]:
+        return heldout(self.inner.policy, self.tok, self.heldout_rows, self.scorer, self.reward_fn, self.budget,
+                       bool(self.cfg.ppo.reward_model))
+
+    def refresh(self, record: dict) -> None:
+        stats = self.line.stats(record, self.watcher.alarm_names)
+        if self.progress is not None:
+            self.progress.update(self.task, completed=self.step, stats=stats)
+
+    def checkpoint(self) -> Path:
+        return save_checkpoint(self.accelerator, self.out, self.step,
+                               {"episodes": self.episodes, "heldout_before": self.before,
+                                "generator": self.generator.get_state().tolist()}, self.cfg.train.save_total_limit)
+
+    def log(self) -> None:
+        """Log the steps since the last log (means over them) and empty the window."""
+        rec = {"step": self.step, "epoch": round(self.order.epoch(self.step), 4), "episodes": self.episodes}
+        rec.update(_reduce(self.accelerator, {k: sum(v) / len(v) for k, v in self.window.items()}))
+        rec["episodes_per_second"] = round((self.episodes - self.start_episodes) / (time.time() - self.start_time), 3)
+        self.watcher.log(rec)
+        _track(self.accelerator, rec, self.step)
+        self.refresh(rec)
+        self.window = {}
+
+    def check(self) -> None:
+        """A held-out check at this step and the save it makes, timed for the limit (the main process)."""
+        began = time.monotonic()
+        self.refresh(self.watcher.heldout(self.inner.policy, self.tok, self.step, self.order.epoch(self.step)))
+        self.kept.after_check()
+        self.limit.checked(time.monotonic() - began)
+
+    def one_step(self) -> None:
+        """Rollout, advantages and update on this step's prompts; the statistics into the log window."""
+        from rlft.methods.ppo_math import explained_variance
+
+        rows = [self.train_rows[i].data for i in self.order.indices(self.step)]
+        ro = rollout(self.inner.policy, self.inner.value, self.ref, self.tok, rows, self.reward_call, self.cfg,
+                     self.accelerator.device)
+        stats = {k: float(v) for k, v in ro.stats.items()}
+        stats.update(update(self.model, self.optimizer, self.accelerator, ro, self.cfg, self.generator))
+        stats["val/explained_variance"] = explained_variance(ro.values, ro.returns, ro.mask)
+        stats["learning_rate"] = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        self.step += 1
+        self.episodes += len(rows) * self.world
+        for k, v in stats.items():
+            self.window.setdefault(k, []).append(v)
+
+    def plan(self, checked: bool, out_of_time: bool):
+        from rlft.run.folder import any_process
+        from rlft.run.step_plan import after_step
+
+        alarm = self.watcher.stopped_by is not None
+        stop = any_process(self.accelerator, self.interrupt.signum is not None or alarm)  # one process stops all
+        return after_step(self.step, self.total, checked=checked, has_checks=self.watch.holdout is not None,
+                          out_of_time=out_of_time, interrupted=stop and not alarm, alarm_stop=stop and alarm,
+                          prune=False, save_steps=self.save_steps, saves_checkpoints=bool(self.save_steps))
+
+    def steps(self) -> tuple[str, bool]:
+        """Steps until `total`, a stop, the time limit or the pruner: (status, pruned), the checks, logs and
+        checkpoints rlft.run.step_plan decides after each."""
+        from rlft.run.folder import any_process
+        from rlft.run.step_plan import check_due
+        from rlft.watch.monitor import alarm_state
+
+        h = self.watch.holdout
+        try:
+            if self.progress is not None:
+                self.progress.start()
+                self.task = self.progress.add_task("ppo", total=self.total, completed=self.step,
+                                                   stats=alarm_state(self.watcher.alarm_names))
+            self.limit.begin()
+            if h is not None and self.main and self.step == 0:
+                self.check()
+            with self.interrupt.installed():
+                while self.step < self.total:
+                    self.one_step()
+                    self.limit.step_done()
+                    if self.step % self.logging_steps == 0 or self.step == self.total:
+                        self.log()
+                    due = check_due(self.step, self.total, h.every_for(self.total) if h is not None else None)
+                    if due and self.main:
+                        self.check()
+                    out_of_time = (self.limit.on and self.step < self.total
+                                   and any_process(self.accelerator, self.limit.out_of_time(self.step, h is not None)))
+                    plan = self.plan(due, out_of_time)
+                    if plan.log and self.window:  # the last step's metrics, where this step did not log
+                        self.log()
+                        plan = self.plan(due, out_of_time)  # the log's alarm rules may have stopped the run
+                    if plan.closing_check:
+                        if self.main:
+                            self.check()
+                        plan = self.plan(True, out_of_time)  # the closing check may have stopped the run
+                    if self.progress is not None:
+                        self.progress.update(self.task, completed=self.step)
+                    if plan.save:
+                        self.checkpoint()
+                        if plan.samples and self.main:
+                            self.watcher.samples(self.step)
+                    if plan.ending in ("interrupted", "stopped"):
+                        return plan.ending, False
+                    if plan.ending == "time_limit":
+                        self.limit.stopped_at = self.step
+                        self.timed = self.limit.record(self.total)
+                        self.console.print(self.limit.line(self.total), highlight=False)
+                        return "completed", False
+                    if any_process(self.accelerator, self.watcher.prune):  # rlft sweep's pruner: a shorter run
+                        return "completed", True
+            return "completed", False
+        finally:
+            if self.progress is not None and self.progress.live.is_started:
+                self.progress.stop()
+            self.watcher.flush()
+
+    def finish(self, status: str, pruned: bool) -> RunResult:
+        """The ending: the run folder's model (rlft.methods.keep), the held-out check after, summary.json."""
+        run_, watcher, console, step = self.run_, self.watcher, self.console, self.step
+        train_seconds = round(time.time() - self.start_time, 2)
+        alarms = [a["name"] for a in watcher.fired]
+        last_log = next((r for r in reversed(watcher.history) if "reward" in r), {})
         if status == "interrupted":
-            return run_.end("interrupted", step, alarms=alarms, signum=interrupt.signum or signal.SIGTERM,
+            return run_.end("interrupted", step, alarms=alarms, signum=self.interrupt.signum or signal.SIGTERM,
                             last_log=last_log)
         if status == "stopped":
-            fields = kept.finish(step, console) if watcher.stopped_by.name == "overfitting" else {}
+            fields = self.kept.finish(step, console) if watcher.stopped_by.name == "overfitting" else {}
             return run_.end("stopped", step, alarms=alarms, stopped_by=watcher.stopped_by, last_log=last_log,
                             **fields)
-        accelerator.wait_for_everyone()
-        rate = (episodes - start_episodes) / max(train_seconds, 1e-9)
-        final: dict[str, Any] = {"episodes": episodes, "episodes_per_second": round(rate, 3)}
-        fields = kept.finish(step, console, end=True)  # the kept model into the run folder, the last in last/
+        self.accelerator.wait_for_everyone()
+        rate = (self.episodes - self.start_episodes) / max(train_seconds, 1e-9)
+        final: dict[str, Any] = {"episodes": self.episodes, "episodes_per_second": round(rate, 3)}
+        fields = self.kept.finish(step, console, end=True)  # the kept model into the run folder, the last in last/
         alarms = [a["name"] for a in watcher.fired]  # with the end-of-run no_gain alarm, if it fired
-        if main:
+        if self.main:
             watcher.samples(step)
-            if heldout_rows and not pruned:  # a pruned sweep trial is judged on its checks: no final pass
-                after = heldout(inner.policy, tok, heldout_rows, scorer, reward_fn, budget, bool(cfg.ppo.reward_model))
+            if self.heldout_rows and not pruned:  # a pruned sweep trial is judged on its checks: no final pass
+                after = self.heldout_scores()
                 final.update(after)
-                final.update({f"{k}_before": v for k, v in before.items()})
-                console.print("held-out: " + "  ".join(f"{k} {before.get(k, float('nan')):.3f} -> {v:.3f}"
+                final.update({f"{k}_before": v for k, v in self.before.items()})
+                console.print("held-out: " + "  ".join(f"{k} {self.before.get(k, float('nan')):.3f} -> {v:.3f}"
                                                        for k, v in after.items()), highlight=False)
         for k in ("reward", "kl", "entropy"):
             if k in last_log:
                 final[f"train_{k}"] = last_log[k]
         return run_.end("completed", step, alarms=alarms, final=final, train_seconds=train_seconds,
-                        last_log=last_log, steps_this_run=step - start_step,
-                        **({"time_limit": timed} if timed else {}), **fields)
-    finally:
-        watcher.close()
-        accelerator.end_training()
+                        last_log=last_log, steps_this_run=step - self.start_step,
+                        **({"time_limit": self.timed} if self.timed else {}), **fields)
 
 
 def _track(accelerator, rec: dict, step: int) -> None:

@@ -98,7 +98,7 @@ def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Ca
     """Sample, score, run reference and value model, and compute advantages for one batch of rows."""
     import torch
 
-    from rlft.chat_templates import stop_token_ids
+    from rlft.chat.templates import stop_token_ids
     from rlft.evaluate import render_prompt
     from rlft.methods.ppo_math import gae, kl_penalized_rewards, masked_mean, response_mask, whiten
 

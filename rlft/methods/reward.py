@@ -2,10 +2,10 @@
 
 The model is the start checkpoint with a one-output score head (AutoModelForSequenceClassification,
 num_labels=1). After training, held-out pair accuracy (chosen scored above rejected) is measured through
-`rlft.reward_scoring.score`, the same function PPO and GRPO use to score completions, so the number
+`rlft.reward_model.scoring.score`, the same function PPO and GRPO use to score completions, so the number
 reported is the accuracy those consumers get. With `reward.truth_data` (prompts + a truth's fields) and
 `reward.truth_verifier`, the end also reports the reward model's agreement with that truth on replies sampled
-from the start model (rlft.prefs): what PPO will optimise, not what the pairs hold.
+from the start model (rlft.reward_model.truth): what PPO will optimise, not what the pairs hold.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ PAIR_ACCURACY_ROWS = 200  # training pairs scored after training (train_pair_acc
 
 def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
     if cfg.reward.get("truth_data"):  # read and check the truth rows now, not after training
-        from rlft.prefs import truth_rows
+        from rlft.reward_model.truth import truth_rows
         from rlft.verifiers.loading import load_verifiers
 
         spec = cfg.reward.get("truth_verifier") or "support_policy"
@@ -50,7 +50,7 @@ def build(cfg: RunConfig, out: Path, prepared: Prepared):
 
 def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
     """Pair accuracy (chosen scored above rejected) on the first training pairs and on the held-out pairs."""
-    from rlft.reward_scoring import pair_accuracy
+    from rlft.reward_model.scoring import pair_accuracy
 
     out = {}
     for key, rows in (("train_pair_accuracy", prepared.train_rows[:PAIR_ACCURACY_ROWS]),
@@ -65,8 +65,8 @@ def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
 
 def truth_agreement(cfg: RunConfig, trainer, console) -> dict:
     """reward.truth_data: the reward model against the truth on the start model's own sampled replies
-    (rlft.prefs), the distribution PPO will see: pair accuracy alone does not show it."""
-    from rlft.prefs import ScoredBy, policy_agreement, truth_rows
+    (rlft.reward_model.truth), the distribution PPO will see: pair accuracy alone does not show it."""
+    from rlft.reward_model.truth import ScoredBy, policy_agreement, truth_rows
 
     sec = cfg.reward
     spec = sec.get("truth_verifier") or "support_policy"

@@ -4,7 +4,7 @@ Rows are prompt/completion (loss on the completion only, TRL's default for that 
 `messages`. For chats, rlft turns on TRL's assistant-only loss when the chat template marks assistant
 turns with `{% generation %}` (the tiny model's does) or TRL has a training variant of it (Qwen2.5, Llama 3,
 ...); otherwise, unlike TRL (which then learns the whole chat), each chat's last assistant turn is learned
-as a completion (rlft.chat_templates.sft_chat_loss), and the run says so before it starts.
+as a completion (rlft.chat.templates.sft_chat_loss), and the run says so before it starts.
 `sft.assistant_only_loss=false` learns whole chats.
 """
 
@@ -38,7 +38,7 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
 
         tok = tool_tokenizer(tok, cfg.model.name_or_path)
     if sft_columns(train_rows + eval_rows) == ("messages",):
-        from rlft.chat_templates import sft_chat_loss
+        from rlft.chat.templates import sft_chat_loss
 
         _, note = sft_chat_loss(tok, cfg.sft.get("assistant_only_loss"))
         if note:
@@ -55,7 +55,7 @@ def _has_tool_turns(row: dict) -> bool:
 def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import SFTConfig, SFTTrainer
 
-    from rlft.chat_templates import ASSISTANT_ONLY, LAST_TURN, last_turn_rows, sft_chat_loss
+    from rlft.chat.templates import ASSISTANT_ONLY, LAST_TURN, last_turn_rows, sft_chat_loss
     from rlft.data.table import to_dataset
     from rlft.models import load_model
 

@@ -5,6 +5,8 @@
   guard       a lock while a process trains in the folder, and the run's fingerprint (what --resume must match)
   outputs     the one rule for what a command writes (never an input, never inside one) and one way to write
   time_limit  train.max_minutes: when the next step and a closing check would pass the limit
+  step_plan   the one decision after a step (held-out due, closing check, checkpoint, stop and why) that
+              rlft.methods.callback (TRL-backed methods) and PPO's loop both act on
   budget      how many passes over the training rows a run plans, and when to warn
   prompt_format  the prompt format (data.as_chat) a finished run trained with, read back for eval and best-of-n
 

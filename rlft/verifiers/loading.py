@@ -44,7 +44,7 @@ def build_reward(verifier_specs: list[str], reward_model: str | None):
     if verifier_specs:
         parts.append(load_verifiers(verifier_specs)[0])
     if reward_model:
-        from rlft.reward_scoring import RewardModelReward
+        from rlft.reward_model.scoring import RewardModelReward
 
         parts.append(RewardModelReward(reward_model))
     if len(parts) == 1:

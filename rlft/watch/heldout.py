@@ -230,7 +230,7 @@ def _measure(kind: str, model, tok, rows: list[dict], *, scorer: Callable | None
 
     metric = metric_for(kind, rows)
     if kind == "pairs" and reward_model:
-        from rlft.reward_scoring import score
+        from rlft.reward_model.scoring import score
 
         prompts = [r["prompt"] for r in rows]
         chosen, rejected = score(model, tok, prompts, [r["chosen"] for r in rows]), score(

@@ -61,7 +61,7 @@ def prepare_watch(cfg) -> WatchSetup:
         spec = watch.get("holdout_verifier") or "math"
         rows = read_rows(watch["holdout"], max_rows=watch.get("holdout_max_rows") or 100)
         if (cfg.values.get("data") or {}).get("as_chat"):  # held-out prompts are wrapped like the training prompts
-            from rlft.chat_templates import wrap_as_chat
+            from rlft.chat.templates import wrap_as_chat
 
             rows = wrap_as_chat(rows)
         kind = holdout_kind([r.data for r in rows])  # the metric follows the rows: pairs, thumbs, or gold

@@ -2,7 +2,7 @@
 the truth on the policy's own replies.
 
 Both sample replies from a policy (the SFT model: the distribution PPO will see, not the pairs') and score them
-two ways, with the reward model (rlft.reward_scoring.score, the tokenisation the reward model trained on) and
+two ways, with the reward model (rlft.reward_model.scoring.score, the tokenisation the reward model trained on) and
 with a truth verifier (e.g. `support_policy`):
 
 - `best_of_n`: for each prompt, n sampled replies; the reward model's top one is the answer, scored by the
@@ -155,14 +155,14 @@ class ScoredBy:
         self.model, self.tok = model, tok
 
     def __call__(self, completions: list, prompts: list | None = None, **_: Any) -> list[float]:
-        from rlft.reward_scoring import score
+        from rlft.reward_model.scoring import score
 
         return score(self.model, self.tok, prompts or [], completions)
 
 
 def truth_rows(path: str, spec: str, limit: int, as_chat: bool) -> list[dict]:
     """The first `limit` rows of a truth file, gold checked for `spec`, wrapped as chat like the training prompts."""
-    from rlft.chat_templates import wrap_as_chat
+    from rlft.chat.templates import wrap_as_chat
     from rlft.data import read_rows
     from rlft.verifiers.loading import validate_gold
 

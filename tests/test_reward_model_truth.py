@@ -1,6 +1,6 @@
-"""Preferences judged by a truth (rlft/prefs.py, rlft/run/prompt_format.py): eval reads the run's prompt format,
-best-of-n picks the reward model's top reply, PPO refuses a reward model near chance against the truth (exit 3,
-nothing written), `rlft choose --data PAIRS` recommends DPO first. Tiny model, a few steps each."""
+"""Preferences judged by a truth (rlft/reward_model/truth.py, rlft/run/prompt_format.py): eval reads the run's
+prompt format, best-of-n picks the reward model's top reply, PPO refuses a reward model near chance against the
+truth (exit 3, nothing written), `rlft choose --data PAIRS` recommends DPO first. Tiny model, a few steps each."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 from helpers import DATA, write_jsonl
 
-from rlft.prefs import Sampled, agreement, best_of_n, check_agreement
+from rlft.reward_model.truth import Sampled, agreement, best_of_n, check_agreement
 
 STORE = DATA / "support" / "store"
 

@@ -1,5 +1,5 @@
 """`rlft chat`: talk to a model or run in the terminal, or get one answer for a script (the command's logic;
-rlft/chat_templates.py holds the chat-template helpers it shares with training and evaluation).
+rlft/chat/templates.py holds the chat-template helpers it shares with training and evaluation).
 
 A prompt is rendered the way the model was trained. `format="auto"` looks at the run's `config.yaml`:
 when the first training row it names has plain-string prompts (TRL's non-conversational format, e.g. the
@@ -7,7 +7,7 @@ tiny arithmetic SFT), the text is fed as is; otherwise (chat rows, a plain model
 tokenizer's chat template renders the conversation with the generation prompt. `chat` and `text` force one.
 
 Generation is transformers' `generate` with a `TextStreamer` printing tokens as they come, stopping at eos
-or the template's end-of-turn token (rlft.chat_templates.stop_token_ids, as `rlft eval` does); temperature 0 is
+or the template's end-of-turn token (rlft.chat.templates.stop_token_ids, as `rlft eval` does); temperature 0 is
 greedy decoding. In text mode every turn is a fresh prompt (there are no roles to hold a history).
 """
 
@@ -87,7 +87,7 @@ class Chat:
         """Answer `text` (streamed to `out` when given) and add the turn to the history in chat mode."""
         import torch
 
-        from rlft.chat_templates import stop_token_ids
+        from rlft.chat.templates import stop_token_ids
 
         prompt = self.render(text)
         batch = self.tok(prompt, return_tensors="pt", add_special_tokens=False).to(self.model.device)
