@@ -166,6 +166,30 @@ def test_equal_rewards_change_nothing_and_are_counted(job):
     assert history[-1]["frac_reward_zero_std"] == 1.0
 
 
+def test_groups_without_a_signal_make_the_next_step_sample_hotter_and_signal_cools_it(job):
+    base = job.cfg.grpo.temperature
+    record = job.step([{"batch_id": 0, "group": _group([0.5, 0.5])}], "grpo_chat")
+    assert record["temperature"] == base and job.lm.kwargs["temperature"] == pytest.approx(base * 1.25)
+    job.step([{"batch_id": 1, "group": _group([0.5, 0.5])}], "grpo_chat")
+    assert job.lm.kwargs["temperature"] == pytest.approx(base * 1.25 ** 2)
+    record = job.step([{"batch_id": 2, "group": _group([1.0, 0.0])}], "grpo_chat")
+    assert record["temperature"] == pytest.approx(base * 1.25 ** 2)
+    assert job.lm.kwargs["temperature"] == pytest.approx(base * 1.25)
+    history = [json.loads(line) for line in (job.out / "metrics.jsonl").read_text().splitlines()]
+    assert [round(r["temperature"], 4) for r in history if "temperature" in r][-3:] == \
+        [round(base, 4), round(base * 1.25, 4), round(base * 1.25 ** 2, 4)]
+
+
+def test_next_temperature_stays_between_the_base_and_the_cap():
+    from rlft.dspy.reinforce import next_temperature
+
+    assert next_temperature(1.0, 1.0, 2.0, 1.0) == 1.25
+    assert next_temperature(1.9, 1.0, 2.0, 0.75) == 2.0  # capped
+    assert next_temperature(1.1, 1.0, 2.0, 0.0) == 1.0  # never below the base
+    assert next_temperature(1.5, 1.0, 2.0, 0.4) == 1.5  # between the bands: unchanged
+    assert next_temperature(1.0, 1.0, 1.0, 1.0) == 1.0  # max_temperature at the base: off
+
+
 def test_get_status_lists_the_next_batch_id(job):
     assert job.get_status()["pending_batch_ids"] == [0]
     job.step([{"batch_id": 0, "group": _group([1.0, 0.0])}], "grpo_chat")

@@ -7,7 +7,8 @@ and the fix):
 - any dotted rlft key: `train.*`, `model.*`, `watch.*`, `sft.*` (finetune only), `grpo.*` (GRPO only);
 - `num_generations` (what DSPy's GRPO adds: its group size) and `groups_per_step` (GRPO groups per step:
   by default read from the calling dspy GRPO, see rlft.dspy.reinforce);
-- `valset` and `metric` (GRPO's held-out check, when dspy's GRPO is not given a valset).
+- `valset` and `metric` (GRPO's held-out check, when dspy's GRPO is not given a valset);
+- `max_temperature` (GRPO: the hottest the job samples at when groups carry no signal; rlft.dspy.reinforce).
 DSPY_DEFAULTS are the settings a DSPy program gets where rlft's method defaults are for other data.
 """
 
@@ -31,7 +32,7 @@ ALIASES = {
     "temperature": "grpo.temperature",
 }
 # Keys the job itself reads (not rlft config keys).
-JOB_KEYS = ("groups_per_step", "valset", "metric", "max_tokens")
+JOB_KEYS = ("groups_per_step", "valset", "metric", "max_tokens", "max_temperature")
 
 # Defaults for DSPy programs (LoRA on a small instruct model; every one overridable by a train_kwargs key).
 # SFT: rank 16, lr 2e-4 for 3 epochs, as rlft's LoRA SFT recipes; the held-out check is off (BootstrapFinetune's

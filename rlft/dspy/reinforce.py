@@ -22,6 +22,12 @@ listed. This job:
   with a valset (the calling GRPO's, or train_kwargs `valset` + `metric`) a greedy dspy.Evaluate every
   `watch.holdout_every` steps (default 5) logs heldout/pass_at_1, so reward_hacking fires when the reward
   rises while it falls, and the best check's adapter is what `terminate` keeps (watch.keep_best);
+- explores where DSPy's groups carry no signal (a confident small model answers a typed field the same way
+  in all G rollouts: nothing to learn from): when more than half of a step's groups have equal rewards, the
+  next step is sampled at 1.25x the temperature (up to train_kwargs `max_temperature`, default 2.0); when
+  fewer than a quarter do, it cools back toward grpo.temperature. Each step's temperature is in metrics.jsonl.
+  This departs from TRL, whose temperature is fixed, and from its loss, which divides the logits by it: the
+  loss here is always on the policy at temperature 1 (for a temperature-1 run the two are the same);
 - `get_status`: the next `groups_per_step` batch ids. DSPy's GRPO does not tell the backend how many groups a
   step has (its train_kwargs carry only `num_generations`; it fills whatever count `pending_batch_ids` lists,
   duplicating groups when the list is longer): rlft takes train_kwargs `groups_per_step`, else
@@ -52,6 +58,25 @@ from rlft.errors import UserError
 DEFAULT_GROUPS_PER_STEP = 4
 HOLDOUT_EVERY = 5
 STD_EPS = 1e-4  # TRL's: advantages / (std + 1e-4)
+# Exploration: when more than EXPLORE_ABOVE of a step's groups carry no signal, the next step samples hotter
+# (x EXPLORE_FACTOR, up to train_kwargs `max_temperature`); below SETTLE_BELOW it cools back toward grpo.temperature.
+EXPLORE_ABOVE = 0.5
+SETTLE_BELOW = 0.25
+EXPLORE_FACTOR = 1.25
+MAX_TEMPERATURE = 2.0
+
+
+def next_temperature(current: float, base: float, cap: float, frac_zero: float) -> float:
+    """The sampling temperature for the next step, from the share of this step's groups with equal rewards:
+    hotter (x EXPLORE_FACTOR, at most `cap`) above EXPLORE_ABOVE, cooler (/ EXPLORE_FACTOR, at least `base`)
+    below SETTLE_BELOW, else unchanged. `cap` <= `base` turns it off."""
+    if cap <= base:
+        return base
+    if frac_zero > EXPLORE_ABOVE:
+        return min(current * EXPLORE_FACTOR, cap)
+    if frac_zero < SETTLE_BELOW:
+        return max(current / EXPLORE_FACTOR, base)
+    return current
 
 
 def group_advantages(rewards: list[float]) -> list[float]:
@@ -153,7 +178,7 @@ class RlftReinforceJob(ReinforceJob):
         self.tok.padding_side = "left"
         self.model = load_model(cfg.model)
         self.model.train()
-        from rlft.chat_templates import end_of_turn_token
+        from rlft.chat.templates import end_of_turn_token
 
         eot = end_of_turn_token(self.tok)
         self.eot_ids = self.tok(eot, add_special_tokens=False)["input_ids"] if eot else [self.tok.eos_token_id]
@@ -181,7 +206,9 @@ class RlftReinforceJob(ReinforceJob):
         self.served_name = self.lm.model
         self.engine.serve(self.served_name, self.model, self.tok)
         self._temperature = self.lm.kwargs.get("temperature")
-        self.lm.kwargs["temperature"] = float(cfg.grpo.temperature)
+        self.base_temperature = float(cfg.grpo.temperature)
+        self.max_temperature = float(kwargs.get("max_temperature") or MAX_TEMPERATURE)
+        self.lm.kwargs["temperature"] = self.base_temperature
         self.best: tuple[float, int, dict] | None = None
         if threading.current_thread() is threading.main_thread():
             self._previous_sigint = signal.getsignal(signal.SIGINT)
@@ -236,6 +263,9 @@ class RlftReinforceJob(ReinforceJob):
         self.batch_id = max([self.batch_id + self.groups_per_step - 1, *ids]) + 1
         self.steps += 1
         record["step"] = self.steps
+        record["temperature"] = self.lm.kwargs.get("temperature")  # what this step's groups were sampled at
+        self.lm.kwargs["temperature"] = next_temperature(float(record["temperature"] or 0.0), self.base_temperature,
+                                                         self.max_temperature, record["frac_reward_zero_std"])
         self.watcher.log(record)
         self.step_ends.append(time.time())
         if self.valset and self.student is not None and self.metric is not None and \
