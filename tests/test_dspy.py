@@ -45,6 +45,27 @@ def job(tmp_path, tiny_dir):
     j._restore()
 
 
+def test_choice_scores_over_a_shared_prompt_equal_each_pair_scored_whole(job):
+    """Guided choice runs each prompt once and its values over the prompt's KV cache (choice_logps): the same
+    summed log-probs as every (prompt, value) pair scored whole, on the LoRA policy, with prompts of unequal
+    length and values of unequal length."""
+    import torch
+
+    from rlft.dspy.scoring import choice_logps, completion_logps
+
+    tok = job.tok
+    prompts = [tok("ticket: charged twice " * k)["input_ids"] for k in (1, 4, 2)]
+    values = [[tok(v)["input_ids"] for v in ("billing", "a shipping issue", "bug")]] * 2 + [[tok("yes")["input_ids"]]]
+    with torch.no_grad():
+        shared = choice_logps(job.model, prompts, values, tok.pad_token_id)
+        pairs = [(p, v) for p, vs in zip(prompts, values) for v in vs]
+        logps, mask = completion_logps(job.model, [p for p, _ in pairs], [v for _, v in pairs], tok.pad_token_id)
+    whole = (logps * mask).sum(-1).tolist()
+    assert [len(r) for r in shared] == [3, 3, 1]
+    assert [x for r in shared for x in r] == pytest.approx(whole, abs=1e-4)
+    assert len(set(round(x, 3) for x in whole)) > 3  # the values do score differently
+
+
 def test_engine_answers_a_predict_and_batches_threads(tiny_dir):
     import rlft.dspy
     from rlft.dspy.config import shared_engine

@@ -90,6 +90,34 @@ def test_int_field_guided_while_a_grpo_job_samples(tmp_path, tiny_dir):
         job._restore()
 
 
+def test_each_self_taught_pass_samples_hotter_up_to_the_cap(tiny_dir, tmp_path):
+    """What every pass refused is what the model rarely says: each later pass draws hotter (1.0, 1.25, ... 2.0),
+    and the LM is greedy again after the pass."""
+    from typing import Literal
+
+    import rlft.dspy
+    from rlft.dspy.lm import SELF_TEACHER_MAX_TEMPERATURE, SELF_TEACHER_SAMPLES, self_teacher_temperature
+
+    temps = [self_teacher_temperature(a) for a in range(SELF_TEACHER_SAMPLES)]
+    assert temps[:3] == [0.0, 1.0, 1.25] and temps[-1] == SELF_TEACHER_MAX_TEMPERATURE
+    assert all(b >= a for a, b in zip(temps, temps[1:]))
+    mood = dspy.Signature({"review": (str, dspy.InputField()),
+                           "mood": (Literal["positive", "negative"], dspy.OutputField())}, "Positive or negative?")
+    trainset = [dspy.Example(review=f"review {i}", mood="positive").with_inputs("review") for i in range(4)]
+    seen: list = []
+
+    def refuse_cold(example, prediction, trace=None):  # accepts only what a draw at 1.5 or hotter gave
+        seen.append(lm.kwargs.get("temperature"))
+        return float((seen[-1] or 0) >= 1.5)
+
+    lm = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "hot"), max_steps=1)
+    program = dspy.Predict(mood)
+    program.set_lm(lm)
+    dspy.BootstrapFinetune(metric=refuse_cold, num_threads=4).compile(program, trainset=trainset, teacher=program)
+    assert seen == [None] * 4 + [1.0] * 4 + [1.25] * 4 + [1.5625] * 4  # the fourth pass is accepted: no fifth
+    assert lm.kwargs.get("temperature") is None
+
+
 def test_a_self_taught_bootstrap_samples_what_greedy_misses_and_puts_greedy_back(tiny_dir, tmp_path):
     """A greedy self-teacher keeps only answers the model already gives: rlft's self-taught pass is greedy first,
     then sampled for the examples the metric refused (rlft.dspy.lm.allow_self_teacher); another teacher, and

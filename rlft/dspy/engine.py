@@ -17,7 +17,7 @@ cache, retries, history, callbacks and its `n` fan-out: n candidates are n calls
   DSPy's prompt writes Python or prose instead of the markers (every answer a parse failure, so
   BootstrapFinetune keeps no trace and every GRPO group scores format_failure_score alike). A single output
   field DSPy states the values of (a `Literal[...]` or a `bool`) is answered by guided choice: each value's
-  log-prob after the header is scored in one forward pass and the most likely one is answered (sampled from
+  log-prob after the header is scored over one forward of the prompt and the most likely one is answered (sampled from
   their softmax at the request's temperature), as vLLM's guided_choice does. A single `int` / `float` field is
   generated under NumberGuide (digits only, then a stop), a single plain `str` field may not open with a
   placeholder or a marker (NumberGuide too). Requests in another format (JSONAdapter's retry, plain chats) are
@@ -42,6 +42,8 @@ from typing import Any
 # returns, so they meet inside the window; a lone caller (a single Predict call) waits at most this long.
 BATCH_WINDOW = 0.03
 MAX_BATCH = 64
+# guided choice scores this many prompts a forward (each with all its values)
+CHOICE_ROWS = 8
 # a response DSPy's ChatAdapter ends with: generation may stop there (the adapter ignores what follows it)
 DSPY_END_MARKER = "[[ ## completed ## ]]"
 _FIRST_FIELD = re.compile(r"starting with the field `(\[\[ ## \w+ ## \]\])`")
@@ -315,12 +317,13 @@ class LocalEngine:
     # --- generation ---------------------------------------------------------------------------------------
     def choose(self, name: str, requests: list, temperature: float) -> list:
         """Guided choice for a single Literal / bool field: score each allowed value's tokens after the prompt
-        and the field header (one forward over every row x value), answer the most likely one (greedy) or one
+        and the field header (rlft.dspy.scoring.choice_logps: each prompt's forward once, then its values' tokens
+        over the prompt's KV cache), answer the most likely one (greedy) or one
         drawn from softmax(log-prob / temperature); the answer is DSPy's format, ended by its completed marker."""
         import torch
         from dspy.lm15 import Message, Response, TextPart, Usage
 
-        from rlft.dspy.scoring import completion_logps
+        from rlft.dspy.scoring import choice_logps
 
         served = self.served(name)
         tok, model = served.tok, served.model
@@ -329,33 +332,30 @@ class LocalEngine:
             msgs = self.messages(r)
             prefix = dspy_shape(msgs)[0]
             text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) + prefix
-            ids = tok(text, add_special_tokens=False)["input_ids"]
+            prompts.append(tok(text, add_special_tokens=False)["input_ids"])
             values = dspy_choices(msgs)
-            spans.append((prefix, values, len(conts), len(ids)))
-            for v in values:
-                prompts.append(ids)
-                conts.append(tok(v + "\n\n", add_special_tokens=False)["input_ids"])
+            conts.append([tok(v + "\n\n", add_special_tokens=False)["input_ids"] for v in values])
+            spans.append((prefix, values))
         with served.lock, torch.no_grad():
             was_training = model.training
             model.eval()
             try:
                 scores = []
-                for k in range(0, len(prompts), 16):
-                    logps, mask = completion_logps(model, prompts[k:k + 16], conts[k:k + 16],
-                                                   tok.pad_token_id or 0)
-                    scores += (logps * mask).sum(-1).tolist()
+                for k in range(0, len(prompts), CHOICE_ROWS):
+                    scores += choice_logps(model, prompts[k:k + CHOICE_ROWS], conts[k:k + CHOICE_ROWS],
+                                           tok.pad_token_id or 0)
             finally:
                 model.train(was_training)
         self.batches.append(len(requests))
         out = []
-        for r, (prefix, values, start, n_prompt) in zip(requests, spans):
-            s = torch.tensor(scores[start:start + len(values)])
+        for r, (prefix, values), row, ids, n_prompt in zip(requests, spans, scores, conts, map(len, prompts)):
+            s = torch.tensor(row)
             if temperature > 0:
                 pick = int(torch.multinomial(torch.softmax(s / temperature, -1), 1))
             else:
                 pick = int(s.argmax())
             text = f"{prefix}{values[pick]}\n\n{DSPY_END_MARKER}"
-            n_out = len(conts[start + pick])
+            n_out = len(ids[pick])
             out.append(Response(id=None, model=r.model, message=Message.assistant([TextPart(text)]),
                                 finish_reason="stop", usage=Usage(input_tokens=n_prompt, output_tokens=n_out,
                                                                   total_tokens=n_prompt + n_out)))

@@ -35,11 +35,22 @@ def local_lm(model: str = "smollm2", *, temperature: float | None = None, max_to
 
 
 # A self-taught BootstrapFinetune's bootstrap pass (allow_self_teacher): the first trace of each example greedy,
-# as DSPy takes it, then up to SELF_TEACHER_SAMPLES - 1 more sampled at SELF_TEACHER_TEMPERATURE (the model's own
-# distribution) for the examples the metric has not accepted yet: rejection sampling, as `rlft bootstrap` does
-# with its `bootstrap.samples` (8) a prompt.
+# as DSPy takes it, then up to SELF_TEACHER_SAMPLES - 1 more sampled for the examples the metric has not accepted
+# yet: rejection sampling, as `rlft bootstrap` does with its `bootstrap.samples` (8) a prompt. The first sampled
+# pass is at SELF_TEACHER_TEMPERATURE (the model's own distribution), each later one SELF_TEACHER_HEAT times
+# hotter up to SELF_TEACHER_MAX_TEMPERATURE: what is still refused is what the model rarely says, and a flatter
+# draw finds it sooner (a kept trace is one the metric accepted, whatever the temperature that drew it).
 SELF_TEACHER_TEMPERATURE = 1.0
+SELF_TEACHER_HEAT = 1.25
+SELF_TEACHER_MAX_TEMPERATURE = 2.0
 SELF_TEACHER_SAMPLES = 8
+
+
+def self_teacher_temperature(attempt: int) -> float:
+    """The temperature of the self-teacher's pass `attempt` (0: greedy, then 1.0, 1.25, 1.56, 1.95, 2.0, ...)."""
+    if attempt == 0:
+        return 0.0
+    return min(SELF_TEACHER_MAX_TEMPERATURE, SELF_TEACHER_TEMPERATURE * SELF_TEACHER_HEAT ** (attempt - 1))
 
 # Students whose BootstrapFinetune teaches them from themselves, by id, with a weak reference to tell a reused id.
 _SELF_TAUGHT: dict[int, Any] = {}
@@ -58,8 +69,8 @@ def allow_self_teacher() -> None:
       the untrained model says one label, every kept trace is that label). Here the pass is DSPy's own
       bootstrap_trace_data run again on the examples the metric has not accepted yet (a truthy score, DSPy's
       filter), up to SELF_TEACHER_SAMPLES passes: the first greedy, the others with each of the student's greedy
-      rlft LMs sampling at SELF_TEACHER_TEMPERATURE; each example keeps its first accepted trace (else its
-      greedy one). The LMs' temperature is put back after the pass. A program whose LMs all have a
+      rlft LMs sampling, hotter each pass (self_teacher_temperature); each example keeps its first accepted
+      trace (else its greedy one). The LMs' temperature is put back after the pass. A program whose LMs all have a
       temperature of their own gets DSPy's one pass at it; any other teacher runs as DSPy runs it."""
     import weakref
 
@@ -101,6 +112,8 @@ def self_taught_traces(program, dataset: list, metric, trace) -> list[dict]:
                 sampled = sampled_lms(program)
                 if not sampled:
                     break  # every LM samples at its own temperature already: more passes are DSPy's to decide
+            for lm, _ in sampled:
+                lm.kwargs["temperature"] = self_teacher_temperature(attempt)
             samples += len(todo)
             for d in trace([dataset[i] for i in todo]):
                 i = todo[d["example_ind"]]
@@ -116,7 +129,7 @@ def self_taught_traces(program, dataset: list, metric, trace) -> list[dict]:
     accepted = len(dataset) - len(todo)
     _console().print(f"rlft.dspy: the program teaches itself: {accepted} of {len(dataset)} examples accepted in "
                      f"{samples} samples (the first greedy, then up to {SELF_TEACHER_SAMPLES - 1} more at "
-                     f"temperature {SELF_TEACHER_TEMPERATURE})", highlight=False)
+                     f"temperatures {SELF_TEACHER_TEMPERATURE} to {SELF_TEACHER_MAX_TEMPERATURE})", highlight=False)
     return [kept[i] for i in sorted(kept)]
 
 
