@@ -45,6 +45,45 @@ def job(tmp_path, tiny_dir):
     j._restore()
 
 
+def test_completion_logps_over_shared_prompts_equal_one_whole_forward(job):
+    """Each distinct prompt run once (its cache repeated for its rows) gives the log-probs and the LoRA gradients
+    of one forward over every row's left-padded prompt + right-padded completion (the layout TRL scores)."""
+    import torch
+
+    from rlft.dspy.scoring import completion_logps
+
+    tok, model = job.tok, job.model
+    with torch.no_grad():  # a non-zero adapter, so the gradients reach every LoRA matrix
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.02)
+    long_prompt = GROUP_PROMPT + [{"role": "assistant", "content": "maybe"}, {"role": "user", "content": "again?"}]
+    pairs = [job.render({"messages": m, "completion": {"content": c}})
+             for m, c in [(GROUP_PROMPT, "yes"), (long_prompt, "no no no"), (GROUP_PROMPT, "a longer answer"),
+                          (long_prompt, "y")]]
+    prompts, completions = [p for p, _ in pairs], [c for _, c in pairs]
+    assert len({tuple(p) for p in prompts}) == 2 and len({len(p) for p in prompts}) == 2
+    pad = tok.pad_token_id
+    plen, clen = max(map(len, prompts)), max(map(len, completions))
+    ids = torch.tensor([[pad] * (plen - len(p)) + p + c + [pad] * (clen - len(c)) for p, c in pairs])
+    att = torch.tensor([[0] * (plen - len(p)) + [1] * (len(p) + len(c)) + [0] * (clen - len(c)) for p, c in pairs])
+    model.eval()  # LoRA dropout off: both passes see the same weights
+    params = [p for p in model.parameters() if p.requires_grad]
+    logits = model(input_ids=ids, attention_mask=att).logits[:, plen - 1:-1].float()
+    whole = torch.log_softmax(logits, -1).gather(-1, ids[:, plen:].unsqueeze(-1)).squeeze(-1)
+    mask = att[:, plen:].float()
+    whole_grads = torch.autograd.grad((whole * mask).sum(), params)
+    shared, shared_mask = completion_logps(model, prompts, completions, pad)
+    shared_grads = torch.autograd.grad((shared * shared_mask).sum(), params)
+    assert torch.equal(shared_mask, mask)
+    assert torch.allclose(shared * mask, whole * mask, atol=1e-4), float(((shared - whole) * mask).abs().max().detach())
+    a = torch.cat([g.flatten() for g in shared_grads])
+    b = torch.cat([g.flatten() for g in whole_grads])
+    # the base is bf16 where the CPU has bf16 units (rlft.speed.precision): the two layouts round differently
+    assert float(b.norm()) > 0 and float((a - b).norm() / b.norm()) < 5e-3, float((a - b).norm() / b.norm())
+    assert float(torch.nn.functional.cosine_similarity(a, b, dim=0)) > 0.9999
+
+
 def test_choice_scores_over_a_shared_prompt_equal_each_pair_scored_whole(job):
     """Guided choice runs each prompt once and its values over the prompt's KV cache (choice_logps): the same
     summed log-probs as every (prompt, value) pair scored whole, on the LoRA policy, with prompts of unequal

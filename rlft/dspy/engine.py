@@ -10,18 +10,19 @@ cache, retries, history, callbacks and its `n` fan-out: n candidates are n calls
   with the request's temperature (None or 0: greedy), top_p and max_tokens, stops at the end of turn (eos and
   the template's end-of-turn token, rlft.chat.templates.stop_token_ids) and at the request's stop strings;
 - reads DSPy's ChatAdapter format off the request (its system message lists the output fields, its last user
-  message names the first one): the answer is started with that field's header (`[[ ## label ## ]]` and a
-  newline, a response prefix), and when the signature has a single output field the answer ends at its first
-  blank line (ChatAdapter puts one between a value and the next marker; what a small model rambles on with
-  after it would fail DSPy's parse). This is where it departs from a plain chat server: a 135M model given
-  DSPy's prompt writes Python or prose instead of the markers (every answer a parse failure, so
-  BootstrapFinetune keeps no trace and every GRPO group scores format_failure_score alike). A single output
-  field DSPy states the values of (a `Literal[...]` or a `bool`) is answered by guided choice: each value's
-  log-prob after the header is scored over one forward of the prompt and the most likely one is answered (sampled from
-  their softmax at the request's temperature), as vLLM's guided_choice does. A single `int` / `float` field is
-  generated under NumberGuide (digits only, then a stop), a single plain `str` field may not open with a
-  placeholder or a marker (NumberGuide too). Requests in another format (JSONAdapter's retry, plain chats) are
-  served as they are. `dspy_format=False` switches it off;
+  message names the first one): the answer is started with that field's header (`[[ ## label ## ]]` and a newline,
+  a response prefix), and when the signature has a single output field the answer ends at its first blank line
+  (ChatAdapter puts one between a value and the next marker; what a small model rambles on with after it would
+  fail DSPy's parse). This is where it departs from a plain chat server: a 135M model given DSPy's prompt writes
+  Python or prose instead of the markers (every answer a parse failure, so BootstrapFinetune keeps no trace and
+  every GRPO group scores format_failure_score alike). A single output field DSPy states the values of (a
+  `Literal[...]` or a `bool`) is answered by guided choice: each value's log-prob after the header is scored over
+  one forward of the prompt and the most likely one is answered (sampled from their softmax at the request's
+  temperature), as vLLM's guided_choice does. A single `int` / `float` field is generated under NumberGuide
+  (digits only, then a stop), a single plain `str` field may not open with a placeholder or a marker (the same
+  rule, given to generate as `begin_suppress_tokens` when every request of the batch is such a field, so the
+  policy's fast sampling loop serves it). Requests in another format (JSONAdapter's retry, plain chats) are served
+  as they are. `dspy_format=False` switches it off;
 - batches: requests that arrive together (DSPy's Evaluate / bootstrap threads) wait up to `window` seconds for
   each other and go through one `generate` per distinct (temperature, top_p), padded on the left. On the CPU a
   LoRA policy's `generate` is rlft.speed.sampling's plain copy decoded by rlft.speed.decode (the path `rlft grpo`
@@ -100,6 +101,12 @@ def number_masks(tok, stops: tuple[int, ...]):
             masks[kind] = (first, later, end)
         _MASKS[key] = (masks, digit_mask, set(minus))
     return _MASKS[key]
+
+
+def str_banned_openers(tok, stops: tuple[int, ...]) -> list[int]:
+    """The token ids a single `str` field's answer may not open with (NumberGuide's first-step rule for "str")."""
+    starts = number_masks(tok, stops)[0]["str"][0]
+    return (~starts).nonzero().squeeze(-1).tolist()
 
 
 class NumberGuide:
@@ -390,10 +397,14 @@ class LocalEngine:
         settings: dict[str, Any] = dict(max_new_tokens=max(limits), eos_token_id=stops,
                                         pad_token_id=tok.pad_token_id)
         kinds = [dspy_number(self.messages(r)) if single else None for r in requests]
-        if any(kinds):
+        ends = served.stops + [i for i in served.blank_line_ids() if not tok.decode([i]).strip()]
+        if kinds and all(k == "str" for k in kinds):
+            # the str guide bans first tokens only: a generation setting the fast sampling loop honours
+            # (rlft.speed.decode), where a logits processor sends the batch through transformers' generate
+            settings["begin_suppress_tokens"] = str_banned_openers(tok, tuple(ends))
+        elif any(kinds):
             from transformers import LogitsProcessorList
 
-            ends = served.stops + [i for i in served.blank_line_ids() if not tok.decode([i]).strip()]
             settings["logits_processor"] = LogitsProcessorList(
                 [NumberGuide(tok, kinds, enc["input_ids"].shape[1], ends)])
         if temperature > 0:

@@ -5,26 +5,57 @@ from __future__ import annotations
 
 def completion_logps(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int):
     """Per-token log-probs of each completion after its prompt (rows right-padded): (logps, mask), both
-    (rows, longest completion)."""
+    (rows, longest completion); differentiable (the GRPO step's forward).
+
+    The numbers of one forward over every row's left-padded prompt and right-padded completion, as TRL lays a
+    GRPO batch out (default positions, every completion starting at the same column), but each distinct prompt
+    runs once: its forward fills a KV cache and projects only its last position through the LM head, the cache
+    is repeated for the rows that share it (an index, so every row's gradient flows back into the one prompt
+    pass), and only the completions' tokens run a second time. A DSPy group is G completions of one prompt
+    (ChatAdapter's ~200-token prompt, ~20-token answers): about 1/G of the full forward's work."""
     import torch
 
     rows = len(prompt_ids)
     plen = max(len(p) for p in prompt_ids)
     clen = max(len(c) for c in completion_ids)
     device = next(model.parameters()).device
-    # prompts left-padded, completions right-padded: every completion starts at column plen, as in TRL
-    ids = torch.full((rows, plen + clen), pad_id, dtype=torch.long)
-    att = torch.zeros((rows, plen + clen), dtype=torch.long)
-    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
-        ids[i, plen - len(p):plen] = torch.tensor(p)
-        att[i, plen - len(p):plen] = 1
-        ids[i, plen:plen + len(c)] = torch.tensor(c)
-        att[i, plen:plen + len(c)] = 1
-    ids, att = ids.to(device), att.to(device)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, plen - 1:-1].float()
-    target = ids[:, plen:]
-    logps = torch.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    return logps, att[:, plen:].to(logps.dtype)
+    keys = [tuple(p) for p in prompt_ids]
+    distinct = list(dict.fromkeys(keys))
+    owner = torch.tensor([distinct.index(k) for k in keys], dtype=torch.long, device=device)
+    ids = torch.full((len(distinct), plen), pad_id, dtype=torch.long)
+    att = torch.zeros((len(distinct), plen), dtype=torch.long)
+    for i, p in enumerate(distinct):
+        ids[i, plen - len(p):] = torch.tensor(p)
+        att[i, plen - len(p):] = 1
+    cont = torch.full((rows, clen), pad_id, dtype=torch.long)
+    cmask = torch.zeros((rows, clen), dtype=torch.long)
+    for i, c in enumerate(completion_ids):
+        cont[i, :len(c)] = torch.tensor(c)
+        cmask[i, :len(c)] = 1
+    ids, att, cont, cmask = ids.to(device), att.to(device), cont.to(device), cmask.to(device)
+    out = model(input_ids=ids, attention_mask=att, use_cache=True, logits_to_keep=_last_position(model, plen))
+    first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[owner].gather(-1, cont[:, :1])
+    if clen == 1:
+        return first, cmask.to(first.dtype)
+    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+    cache.reorder_cache(owner)
+    logits = model(input_ids=cont[:, :-1], attention_mask=torch.cat([att[owner], cmask[:, :-1]], dim=-1),
+                   use_cache=True, **{_cache_keyword(model): cache}).logits.float()
+    rest = torch.log_softmax(logits, dim=-1).gather(-1, cont[:, 1:].unsqueeze(-1)).squeeze(-1)
+    logps = torch.cat([first, rest], dim=-1)
+    return logps, cmask.to(logps.dtype)
+
+
+def _last_position(model, width: int):
+    """`logits_to_keep` for the last position: an index tensor for transformers' own model classes (a contiguous
+    copy of the hidden state; the int's strided view is multiplied slowly on the CPU), the int elsewhere
+    (remote code may slice with it itself)."""
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if type(base).__module__.startswith("transformers."):
+        return torch.tensor([width - 1], device=next(model.parameters()).device)
+    return 1
 
 
 def choice_logps(model, prompt_ids: list[list[int]], values: list[list[list[int]]], pad_id: int) -> list[list[float]]:

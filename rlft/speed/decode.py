@@ -32,7 +32,7 @@ HANDLED = {"max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_
            "pad_token_id", "bos_token_id", "repetition_penalty", "cache_implementation", "disable_compile",
            "use_cache", "return_dict_in_generate", "output_scores", "output_logits", "transformers_version",
            "_from_model_config", "num_return_sequences", "num_beams", "max_length", "renormalize_logits",
-           "stop_strings", "min_new_tokens", "min_length", "compile_config"}
+           "stop_strings", "min_new_tokens", "min_length", "compile_config", "begin_suppress_tokens"}
 
 
 def supported(config, model) -> bool:
@@ -269,6 +269,9 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
     from rlft.speed.decode_step import step_fn
 
     lean = step_fn(model, cache)  # one token per row without transformers' per-step machinery, where it applies
+    if config.begin_suppress_tokens:  # the first new token, as SuppressTokensAtBeginLogitsProcessor
+        banned = torch.tensor(list(config.begin_suppress_tokens), device=logits.device)
+        logits[:, banned[banned < logits.size(-1)]] = float("-inf")
     steps = 0
     for step in range(room):
         token = _next_tokens(logits, config)

@@ -40,6 +40,22 @@ def test_greedy_decoding_gives_generates_tokens(model, stops):
     assert got is not None and torch.equal(got, want)
 
 
+def test_first_token_suppression_gives_generates_tokens(model):
+    """begin_suppress_tokens (the tokens generate's own first step would pick, banned): the same tokens as
+    generate with the same setting, and no row opens with a banned token (rlft.dspy's str fields use it)."""
+    from rlft.speed.decode import decode
+
+    ids, mask = _prompts()
+    with torch.no_grad():
+        free = decode(model, input_ids=ids, attention_mask=mask, generation_config=_config(do_sample=False))
+        banned = sorted({int(t) for t in free[:, ids.size(1)]})
+        cfg = _config(do_sample=False, begin_suppress_tokens=banned)
+        want = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+        got = decode(model, input_ids=ids, attention_mask=mask, generation_config=cfg)
+    assert got is not None and torch.equal(got, want)
+    assert not set(got[:, ids.size(1)].tolist()) & set(banned)
+
+
 @pytest.mark.parametrize("pack", [False, True])
 def test_distinct_prompts_keep_their_rows(model, pack, one_thread):
     """Every prompt distinct, in an order torch.unique (which finds the repeats) sorts differently: each row
