@@ -84,6 +84,30 @@ def test_completion_logps_over_shared_prompts_equal_one_whole_forward(job):
     assert float(torch.nn.functional.cosine_similarity(a, b, dim=0)) > 0.9999
 
 
+def test_completion_logps_under_gradient_checkpointing_is_the_whole_forward(job):
+    """Checkpointing turns the KV cache off in training: the step falls back to one whole forward (it crashed on
+    the missing cache) and its gradients still reach the adapter."""
+    import torch
+
+    from rlft.dspy.scoring import completion_logps
+
+    model = job.model
+    pairs = [job.render({"messages": GROUP_PROMPT, "completion": {"content": c}}) for c in ("yes", "no no")]
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    try:
+        model.train()
+        logps, mask = completion_logps(model, [p for p, _ in pairs], [c for _, c in pairs], job.tok.pad_token_id)
+        (logps * mask).sum().backward()
+    finally:
+        model.gradient_checkpointing_disable()
+        model.eval()
+    assert logps.shape == mask.shape == (2, max(len(c) for _, c in pairs))
+    assert bool(torch.isfinite(logps).all())
+    grads = [p.grad for n, p in model.named_parameters() if "lora_" in n and p.grad is not None]
+    assert grads and sum(float(g.abs().sum()) for g in grads) > 0
+    model.zero_grad(set_to_none=True)
+
+
 def test_choice_scores_over_a_shared_prompt_equal_each_pair_scored_whole(job):
     """Guided choice runs each prompt once and its values over the prompt's KV cache (choice_logps): the same
     summed log-probs as every (prompt, value) pair scored whole, on the LoRA policy, with prompts of unequal

@@ -397,7 +397,7 @@ class LocalEngine:
         settings: dict[str, Any] = dict(max_new_tokens=max(limits), eos_token_id=stops,
                                         pad_token_id=tok.pad_token_id)
         kinds = [dspy_number(self.messages(r)) if single else None for r in requests]
-        ends = served.stops + [i for i in served.blank_line_ids() if not tok.decode([i]).strip()]
+        ends = served.stops + [i for i in served.blank_line_ids() if not tok.decode([i]).strip()] if any(kinds) else []
         if kinds and all(k == "str" for k in kinds):
             # the str guide bans first tokens only: a generation setting the fast sampling loop honours
             # (rlft.speed.decode), where a logits processor sends the batch through transformers' generate

@@ -12,38 +12,74 @@ def completion_logps(model, prompt_ids: list[list[int]], completion_ids: list[li
     runs once: its forward fills a KV cache and projects only its last position through the LM head, the cache
     is repeated for the rows that share it (an index, so every row's gradient flows back into the one prompt
     pass), and only the completions' tokens run a second time. A DSPy group is G completions of one prompt
-    (ChatAdapter's ~200-token prompt, ~20-token answers): about 1/G of the full forward's work."""
+    (ChatAdapter's ~200-token prompt, ~20-token answers): about 1/G of the full forward's work. Where that does
+    not apply (remote-code models, gradient checkpointing, which turns the cache off, caches other than
+    transformers' per-layer key/value ones, such as state-space models'), it is that one whole forward."""
     import torch
 
     rows = len(prompt_ids)
     plen = max(len(p) for p in prompt_ids)
     clen = max(len(c) for c in completion_ids)
     device = next(model.parameters()).device
-    keys = [tuple(p) for p in prompt_ids]
-    distinct = list(dict.fromkeys(keys))
-    owner = torch.tensor([distinct.index(k) for k in keys], dtype=torch.long, device=device)
-    ids = torch.full((len(distinct), plen), pad_id, dtype=torch.long)
-    att = torch.zeros((len(distinct), plen), dtype=torch.long)
-    for i, p in enumerate(distinct):
-        ids[i, plen - len(p):] = torch.tensor(p)
-        att[i, plen - len(p):] = 1
     cont = torch.full((rows, clen), pad_id, dtype=torch.long)
     cmask = torch.zeros((rows, clen), dtype=torch.long)
     for i, c in enumerate(completion_ids):
         cont[i, :len(c)] = torch.tensor(c)
         cmask[i, :len(c)] = 1
-    ids, att, cont, cmask = ids.to(device), att.to(device), cont.to(device), cmask.to(device)
+    cont, cmask = cont.to(device), cmask.to(device)
+    if clen > 1 and _shares_prompts(model):
+        shared = _shared_logps(model, prompt_ids, cont, cmask, pad_id)
+        if shared is not None:
+            return shared, cmask.to(shared.dtype)
+    ids = torch.full((rows, plen), pad_id, dtype=torch.long, device=device)
+    att = torch.zeros((rows, plen), dtype=torch.long, device=device)
+    for i, p in enumerate(prompt_ids):
+        ids[i, plen - len(p):] = torch.tensor(p)
+        att[i, plen - len(p):] = 1
+    ids, att = torch.cat([ids, cont], dim=1), torch.cat([att, cmask], dim=1)
+    logits = model(input_ids=ids, attention_mask=att).logits[:, plen - 1:-1].float()
+    logps = torch.log_softmax(logits, dim=-1).gather(-1, cont.unsqueeze(-1)).squeeze(-1)
+    return logps, cmask.to(logps.dtype)
+
+
+def _shares_prompts(model) -> bool:
+    """Whether the prompt-once forward applies: one of transformers' own classes, not gradient-checkpointed."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    flag = next((a for a in ("is_activation_checkpointing", "is_gradient_checkpointing") if hasattr(type(base), a)),
+                None)  # the newer name first: transformers 5 warns on the old one
+    return type(base).__module__.startswith("transformers.") and not (flag and getattr(base, flag))
+
+
+def _shared_logps(model, prompt_ids: list[list[int]], cont, cmask, pad_id: int):
+    """completion_logps's prompt-once path; None when the model's cache is not per-layer keys and values."""
+    import torch
+    from transformers import DynamicCache
+
+    device = cont.device
+    plen = max(len(p) for p in prompt_ids)
+    keys = [tuple(p) for p in prompt_ids]
+    distinct = list(dict.fromkeys(keys))
+    owner = torch.tensor([distinct.index(k) for k in keys], dtype=torch.long, device=device)
+    ids = torch.full((len(distinct), plen), pad_id, dtype=torch.long, device=device)
+    att = torch.zeros((len(distinct), plen), dtype=torch.long, device=device)
+    for i, p in enumerate(distinct):
+        ids[i, plen - len(p):] = torch.tensor(p)
+        att[i, plen - len(p):] = 1
     out = model(input_ids=ids, attention_mask=att, use_cache=True, logits_to_keep=_last_position(model, plen))
+    cache = out.cache if getattr(out, "cache", None) is not None else getattr(out, "past_key_values", None)
+    if type(cache) is not DynamicCache or not all(type(x).__name__ in _PLAIN_LAYERS
+                                                   for x in getattr(cache, "layers", [None])):
+        return None
     first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[owner].gather(-1, cont[:, :1])
-    if clen == 1:
-        return first, cmask.to(first.dtype)
-    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     cache.reorder_cache(owner)
     logits = model(input_ids=cont[:, :-1], attention_mask=torch.cat([att[owner], cmask[:, :-1]], dim=-1),
                    use_cache=True, **{_cache_keyword(model): cache}).logits.float()
     rest = torch.log_softmax(logits, dim=-1).gather(-1, cont[:, 1:].unsqueeze(-1)).squeeze(-1)
-    logps = torch.cat([first, rest], dim=-1)
-    return logps, cmask.to(logps.dtype)
+    return torch.cat([first, rest], dim=-1)
+
+
+# transformers' cache layers that keep keys and values per row (reorder_cache copies them row-wise)
+_PLAIN_LAYERS = frozenset({"DynamicLayer", "DynamicSlidingWindowLayer"})
 
 
 def _last_position(model, width: int):

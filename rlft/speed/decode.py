@@ -271,7 +271,7 @@ def decode(model, input_ids=None, attention_mask=None, generation_config=None, *
     lean = step_fn(model, cache)  # one token per row without transformers' per-step machinery, where it applies
     if config.begin_suppress_tokens:  # the first new token, as SuppressTokensAtBeginLogitsProcessor
         banned = torch.tensor(list(config.begin_suppress_tokens), device=logits.device)
-        logits[:, banned[banned < logits.size(-1)]] = float("-inf")
+        logits[:, banned[(banned >= 0) & (banned < logits.size(-1))]] = float("-inf")  # others: no token
     steps = 0
     for step in range(room):
         token = _next_tokens(logits, config)
