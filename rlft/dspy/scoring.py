@@ -15,6 +15,30 @@ def completion_logps(model, prompt_ids: list[list[int]], completion_ids: list[li
     (ChatAdapter's ~200-token prompt, ~20-token answers): about 1/G of the full forward's work. Where that does
     not apply (remote-code models, gradient checkpointing, which turns the cache off, caches other than
     transformers' per-layer key/value ones, such as state-space models'), it is that one whole forward."""
+    return _logps(model, prompt_ids, completion_ids, pad_id, count_positions=False)
+
+
+def choice_logps(model, prompt_ids: list[list[int]], values: list[list[list[int]]], pad_id: int) -> list[list[float]]:
+    """Summed log-prob of each allowed value after its prompt: `values[i]` holds row i's values as token ids;
+    returns one list of floats a row. completion_logps's prompt-once forward over every (prompt, value) pair (a
+    ticket's 300-token prompt and five 2-token labels: one prompt forward instead of five), with positions that
+    count a row's real tokens only, as generate() sets them for left-padded prompts (the answer the model would
+    give), where a GRPO batch keeps TRL's default positions."""
+    prompts = [p for p, vs in zip(prompt_ids, values) for _ in vs]
+    flat = [v for vs in values for v in vs]
+    logps, mask = _logps(model, prompts, flat, pad_id, count_positions=True)
+    scores = (logps * mask).sum(-1).tolist()
+    out, k = [], 0
+    for vs in values:
+        out.append(scores[k:k + len(vs)])
+        k += len(vs)
+    return out
+
+
+def _logps(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int, *,
+           count_positions: bool):
+    """completion_logps and choice_logps: the prompt-once forward where it applies, else one whole forward.
+    `count_positions`: position ids that skip the left padding (generate's), else the default ones (TRL's)."""
     import torch
 
     rows = len(prompt_ids)
@@ -28,7 +52,7 @@ def completion_logps(model, prompt_ids: list[list[int]], completion_ids: list[li
         cmask[i, :len(c)] = 1
     cont, cmask = cont.to(device), cmask.to(device)
     if clen > 1 and _shares_prompts(model):
-        shared = _shared_logps(model, prompt_ids, cont, cmask, pad_id)
+        shared = _shared_logps(model, prompt_ids, cont, cmask, pad_id, count_positions)
         if shared is not None:
             return shared, cmask.to(shared.dtype)
     ids = torch.full((rows, plen), pad_id, dtype=torch.long, device=device)
@@ -37,9 +61,15 @@ def completion_logps(model, prompt_ids: list[list[int]], completion_ids: list[li
         ids[i, plen - len(p):] = torch.tensor(p)
         att[i, plen - len(p):] = 1
     ids, att = torch.cat([ids, cont], dim=1), torch.cat([att, cmask], dim=1)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, plen - 1:-1].float()
+    extra = {"position_ids": _counted(att)} if count_positions else {}
+    logits = model(input_ids=ids, attention_mask=att, **extra).logits[:, plen - 1:-1].float()
     logps = torch.log_softmax(logits, dim=-1).gather(-1, cont.unsqueeze(-1)).squeeze(-1)
     return logps, cmask.to(logps.dtype)
+
+
+def _counted(att):
+    """Position ids that count real tokens only (left padding at 0), as generate() sets them."""
+    return (att.cumsum(-1) - 1).clamp(min=0)
 
 
 def _shares_prompts(model) -> bool:
@@ -50,8 +80,8 @@ def _shares_prompts(model) -> bool:
     return type(base).__module__.startswith("transformers.") and not (flag and getattr(base, flag))
 
 
-def _shared_logps(model, prompt_ids: list[list[int]], cont, cmask, pad_id: int):
-    """completion_logps's prompt-once path; None when the model's cache is not per-layer keys and values."""
+def _shared_logps(model, prompt_ids: list[list[int]], cont, cmask, pad_id: int, count_positions: bool):
+    """_logps's prompt-once path; None when the model's cache is not per-layer keys and values."""
     import torch
     from transformers import DynamicCache
 
@@ -65,15 +95,21 @@ def _shared_logps(model, prompt_ids: list[list[int]], cont, cmask, pad_id: int):
     for i, p in enumerate(distinct):
         ids[i, plen - len(p):] = torch.tensor(p)
         att[i, plen - len(p):] = 1
-    out = model(input_ids=ids, attention_mask=att, use_cache=True, logits_to_keep=_last_position(model, plen))
+    first_pos = {"position_ids": _counted(att)} if count_positions else {}
+    out = model(input_ids=ids, attention_mask=att, use_cache=True, logits_to_keep=_last_position(model, plen),
+                **first_pos)
     cache = out.cache if getattr(out, "cache", None) is not None else getattr(out, "past_key_values", None)
     if type(cache) is not DynamicCache or not all(type(x).__name__ in _PLAIN_LAYERS
                                                    for x in getattr(cache, "layers", [None])):
         return None
     first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[owner].gather(-1, cont[:, :1])
     cache.reorder_cache(owner)
+    rest_pos = {}
+    if count_positions:  # the completion continues from each row's own last real position
+        start = att.sum(-1)[owner].unsqueeze(-1)
+        rest_pos = {"position_ids": start + torch.arange(cont.size(1) - 1, device=device).unsqueeze(0)}
     logits = model(input_ids=cont[:, :-1], attention_mask=torch.cat([att[owner], cmask[:, :-1]], dim=-1),
-                   use_cache=True, **{_cache_keyword(model): cache}).logits.float()
+                   use_cache=True, **{_cache_keyword(model): cache}, **rest_pos).logits.float()
     rest = torch.log_softmax(logits, dim=-1).gather(-1, cont[:, 1:].unsqueeze(-1)).squeeze(-1)
     return torch.cat([first, rest], dim=-1)
 
@@ -92,56 +128,6 @@ def _last_position(model, width: int):
     if type(base).__module__.startswith("transformers."):
         return torch.tensor([width - 1], device=next(model.parameters()).device)
     return 1
-
-
-def choice_logps(model, prompt_ids: list[list[int]], values: list[list[list[int]]], pad_id: int) -> list[list[float]]:
-    """Summed log-prob of each allowed value after its prompt: `values[i]` holds row i's values as token ids;
-    returns one list of floats a row. The same numbers as completion_logps over every (prompt, value) pair, but
-    each prompt is run once: its forward fills a KV cache, the cache is repeated for each of the row's values,
-    and only the values' tokens go through the model a second time (a ticket's 300-token prompt and five
-    2-token labels: one prompt forward instead of five)."""
-    import torch
-
-    rows = len(prompt_ids)
-    plen = max(len(p) for p in prompt_ids)
-    device = next(model.parameters()).device
-    ids = torch.full((rows, plen), pad_id, dtype=torch.long)
-    att = torch.zeros((rows, plen), dtype=torch.long)
-    for i, p in enumerate(prompt_ids):
-        ids[i, plen - len(p):] = torch.tensor(p)
-        att[i, plen - len(p):] = 1
-    # left padding: positions count real tokens only, as generate() sets them
-    pos = (att.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids.to(device), attention_mask=att.to(device), position_ids=pos.to(device),
-                use_cache=True)
-    first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-    owner = [i for i, vs in enumerate(values) for _ in vs]
-    flat = [v for vs in values for v in vs]
-    clen = max(len(v) for v in flat)
-    cont = torch.full((len(flat), clen), pad_id, dtype=torch.long)
-    cmask = torch.zeros((len(flat), clen), dtype=torch.long)
-    for k, v in enumerate(flat):
-        cont[k, :len(v)] = torch.tensor(v)
-        cmask[k, :len(v)] = 1
-    index = torch.tensor(owner, dtype=torch.long)
-    cache = out.cache if hasattr(out, "cache") else out.past_key_values
-    cache.reorder_cache(index.to(device))
-    lengths = att.sum(-1)[index]
-    cpos = lengths.unsqueeze(-1) + torch.arange(clen).unsqueeze(0)
-    logps = first[index.to(device)].gather(-1, cont[:, :1].to(device)).squeeze(-1) * cmask[:, 0].to(device)
-    if clen > 1:
-        full = torch.cat([att[index], cmask], dim=-1)
-        logits = model(input_ids=cont[:, :-1].to(device), attention_mask=full[:, :-1].to(device),
-                       position_ids=cpos[:, :-1].to(device), use_cache=True,
-                       **{_cache_keyword(model): cache}).logits.float()
-        rest = torch.log_softmax(logits, dim=-1).gather(-1, cont[:, 1:].unsqueeze(-1).to(device)).squeeze(-1)
-        logps = logps + (rest * cmask[:, 1:].to(device)).sum(-1)
-    scores = logps.tolist()
-    out_rows, k = [], 0
-    for vs in values:
-        out_rows.append(scores[k:k + len(vs)])
-        k += len(vs)
-    return out_rows
 
 
 def _cache_keyword(model) -> str:
