@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpo-rollouts", type=int, default=8, help="rollouts per example (G)")
     parser.add_argument("--stages", default="base,bootstrap,grpo")
     parser.add_argument("--out", default="runs/dspy")
+    parser.add_argument("--train-kwargs", default="{}", help="JSON object of extra local_lm train_kwargs for both "
+                        "compiles, e.g. '{\"grpo.num_iterations\": 1}'")
     args = parser.parse_args(argv)
 
     import dspy
@@ -165,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     import rlft.dspy
 
     make, metric, trainset, devset = task(args.task, args.train, args.eval)
+    extra = json.loads(args.train_kwargs)
     out = Path(args.out)
     stages = args.stages.split(",")
     rows = []
@@ -186,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if "bootstrap" in stages:
         t, before = time.time(), served()
-        lm_b = rlft.dspy.local_lm(args.model, lora=True, output_dir=str(out / f"{args.task}-bootstrap"))
+        lm_b = rlft.dspy.local_lm(args.model, lora=True, output_dir=str(out / f"{args.task}-bootstrap"),
+                                      **extra)
         student = make()
         student.set_lm(lm_b)
         tuned = dspy.BootstrapFinetune(metric=metric, num_threads=16).compile(student, trainset=trainset,
@@ -198,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "grpo" in stages:
         t, before = time.time(), served()
-        lm_g = rlft.dspy.local_lm(args.model, lora=True, output_dir=str(out / f"{args.task}-grpo"))
+        lm_g = rlft.dspy.local_lm(args.model, lora=True, output_dir=str(out / f"{args.task}-grpo"), **extra)
         student = make()
         student.set_lm(lm_g)
         opt = GRPO(metric=metric, num_train_steps=args.grpo_steps, num_dspy_examples_per_grpo_step=args.grpo_examples,

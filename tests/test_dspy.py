@@ -240,6 +240,27 @@ def test_step_moves_the_high_reward_completion_up_and_the_low_one_down(job):
     assert _logps(job, "yes") > yes and _logps(job, "no") < no
 
 
+def test_more_iterations_on_a_batch_move_further_and_log_the_on_policy_loss(tmp_path, tiny_dir):
+    """grpo.num_iterations = 3 takes three clipped optimizer steps on one batch (TRL's num_iterations): the
+    high-reward completion ends more likely than after one step from the same start, and the logged loss is
+    the first (on-policy) iteration's, as with one."""
+    import rlft.dspy
+
+    moved, losses = {}, {}
+    for n in (1, 3):
+        lm = rlft.dspy.local_lm("tiny", lora=True, learning_rate=5e-3, output_dir=str(tmp_path / f"g{n}"),
+                                groups_per_step=1, seed=3, **{"grpo.num_iterations": n})
+        j = lm.reinforce(train_kwargs={"num_generations": 2})
+        try:
+            start = _logps(j, "yes")
+            losses[n] = j.step([{"batch_id": 0, "group": _group([1.0, 0.0])}], "grpo_chat")["loss"]
+            moved[n] = _logps(j, "yes") - start
+        finally:
+            j._restore()
+    assert moved[1] > 0 and moved[3] > 1.5 * moved[1], moved
+    assert losses[3] == pytest.approx(losses[1], rel=1e-4)
+
+
 def test_equal_rewards_change_nothing_and_are_counted(job):
     before = _lora(job)
     record = job.step([{"batch_id": 0, "group": _group([0.5, 0.5])}], "grpo_chat")
@@ -373,6 +394,62 @@ def test_grpo_loss_gives_trls_gradient(tiny_dir, tmp_path):
     # TRL scores through the model's fused LM head (chunked log-softmax): the same math in another order
     assert float((a - b).norm() / b.norm()) < 1e-2, float((a - b).norm() / b.norm())
     assert float(torch.nn.functional.cosine_similarity(a, b, dim=0)) > 0.9999
+
+
+def test_grpo_loss_with_old_logps_is_trls_clipped_loss(tiny_dir, tmp_path):
+    """A later iteration on the same batch: rlft's loss with old log-probs against TRL's _compute_loss given the
+    same old_per_token_logps (epsilon 0.2): the same value and gradient, with some ratios outside the clip."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlft.dspy.reinforce import grpo_loss
+    from rlft.dspy.scoring import completion_logps
+    from rlft.models import load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    tok.padding_side = "left"
+    args = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=8, report_to="none", use_cpu=True, beta=0.0, num_iterations=2)
+    trainer = GRPOTrainer(model=str(tiny_dir), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                          args=args, train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}), processing_class=tok,
+                          peft_config=__import__("peft").LoraConfig(r=4, target_modules="all-linear"))
+    model = trainer.model
+    model.eval()
+    prompts = [tok("hello there", add_special_tokens=False)["input_ids"]] * 4
+    completions = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+                   for t in ("yes", "no", "maybe so", "no no no")]
+    advantages = torch.tensor([1.2, -0.8, 0.4, -0.8])
+    with torch.no_grad():
+        logps, mask = completion_logps(model, prompts, completions, tok.pad_token_id)
+    old = logps + torch.linspace(-0.5, 0.5, logps.numel()).reshape(logps.shape) * mask  # ratios 0.6 .. 1.6
+    total = sum(len(c) for c in completions)
+    plen, clen = max(map(len, prompts)), max(map(len, completions))
+    pad = tok.pad_token_id
+    inputs = {
+        "prompt_ids": torch.tensor([[pad] * (plen - len(p)) + p for p in prompts]),
+        "prompt_mask": torch.tensor([[0] * (plen - len(p)) + [1] * len(p) for p in prompts]),
+        "completion_ids": torch.tensor([c + [pad] * (clen - len(c)) for c in completions]),
+        "completion_mask": torch.tensor([[1] * len(c) + [0] * (clen - len(c)) for c in completions]),
+        "advantages": advantages, "old_per_token_logps": old, "num_items_in_batch": torch.tensor(float(total)),
+    }
+    params = [p for p in model.parameters() if p.requires_grad]
+    trl_loss = trainer._compute_loss(model, inputs)
+    trl_grads = torch.cat([g.flatten() for g in torch.autograd.grad(trl_loss, params)])
+    logps, mask = completion_logps(model, prompts, completions, pad)
+    ours = grpo_loss(logps, mask, advantages.to(logps.dtype), total, old_logps=old, epsilon=0.2)
+    our_grads = torch.cat([g.flatten() for g in torch.autograd.grad(ours, params)])
+    # the formula on TRL's own per-token log-probs is TRL's loss to rounding; rlft's log-probs differ from
+    # TRL's fused LM head by < 3e-3 a token, which moves a loss summed over signed advantages by ~1e-4
+    trl_logps = trainer._get_per_token_logps_and_entropies(
+        model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+        torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), clen)[0]
+    on_trls = grpo_loss(trl_logps, mask, advantages.to(logps.dtype), total, old_logps=old, epsilon=0.2)
+    assert torch.allclose(on_trls, trl_loss, atol=1e-6), (float(on_trls), float(trl_loss))
+    assert torch.allclose(ours, trl_loss, atol=5e-4), (float(ours), float(trl_loss))
+    assert float(torch.nn.functional.cosine_similarity(our_grads, trl_grads, dim=0)) > 0.999
+    unclipped = grpo_loss(logps, mask, advantages.to(logps.dtype), total, old_logps=old, epsilon=10.0)
+    assert not torch.allclose(unclipped, ours)  # the clip was reached, and both sides agree on it
 
 
 def test_a_literal_field_is_answered_by_guided_choice(tiny_dir):

@@ -74,7 +74,8 @@ _MASKS: dict[tuple, tuple] = {}
 
 
 def number_masks(tok, stops: tuple[int, ...]):
-    """({kind: (first, later, end) token masks}, digit mask, minus ids) for NumberGuide; cached per tokenizer."""
+    """({kind: (first, later, end) token masks}, digit mask, minus ids, dot ids) for NumberGuide; cached per
+    tokenizer."""
     import torch
 
     key = (id(tok), len(tok), stops)
@@ -99,7 +100,7 @@ def number_masks(tok, stops: tuple[int, ...]):
             end = torch.zeros(vocab_size, dtype=torch.bool)
             end[list(stops)] = True
             masks[kind] = (first, later, end)
-        _MASKS[key] = (masks, digit_mask, set(minus))
+        _MASKS[key] = (masks, digit_mask, set(minus), set(dot))
     return _MASKS[key]
 
 
@@ -111,15 +112,16 @@ def str_banned_openers(tok, stops: tuple[int, ...]) -> list[int]:
 
 class NumberGuide:
     """A transformers LogitsProcessor that keeps a single int/float field's answer a number: only tokens made of
-    digits (and a leading "-"; "." for a float) until a digit is written, then those or a stop token (the
-    end of turn, a blank line); after NUMBER_TOKENS tokens only a stop. A single `str` field's first token may not
+    digits (and a leading "-"; one "." for a float, followed by a digit) until a digit is written, then those
+    or a stop token (the end of turn, a blank line); after NUMBER_TOKENS tokens only a stop. A single `str` field's first token may not
     be blank or open a placeholder, a marker or a code fence ("{", "[", "#", "`"): given DSPy's prompt, a 135M
     model otherwise copies the prompt's structure ("{label}", "[[ ## ... ## ]]") into the field. Rows of kind
     None are left alone."""
 
     def __init__(self, tok, kinds: list[str | None], width: int, stops: list[int]):
         self.kinds, self.width = kinds, width
-        self.masks, self.digits, self.minus = number_masks(tok, tuple(stops))
+        self.masks, self.digits, self.minus, self.dots = number_masks(tok, tuple(stops))
+        self.no_dot = None  # the `later` mask of a float whose answer already has its "." (built on first use)
 
     def __call__(self, input_ids, scores):
         step = input_ids.shape[1] - self.width
@@ -133,8 +135,13 @@ class NumberGuide:
                 continue
             elif step >= NUMBER_TOKENS:
                 allowed = end
-            elif int(input_ids[row, -1]) in self.minus:
-                allowed = self.digits  # a lone "-" so far: a digit must follow
+            elif int(input_ids[row, -1]) in self.minus or int(input_ids[row, -1]) in self.dots:
+                allowed = self.digits  # a lone "-", or a "." just written: a digit must follow
+            elif kind == "float" and any(int(t) in self.dots for t in input_ids[row, self.width:]):
+                if self.no_dot is None:
+                    self.no_dot = later.clone()
+                    self.no_dot[list(self.dots)] = False
+                allowed = self.no_dot  # one "." at most ("1..5" is no float)
             else:
                 allowed = later
             scores[row, ~allowed[:scores.shape[1]].to(scores.device)] = float("-inf")

@@ -11,12 +11,16 @@ listed. This job:
   policy under the LM's model name, sampled at grpo.temperature while the job is open;
 - `step`: renders each member with the chat template (prompt = messages + generation prompt, completion =
   the content + the end-of-turn token the model emitted), computes group-relative advantages as TRL does
-  (A = (r - mean) / (std + 1e-4), std unbiased, scale_rewards "group"), and takes one optimizer step on
-  TRL's default GRPO loss for one iteration per generation (loss_type "dapo": -A * exp(logp - logp.detach())
-  summed over completion tokens / all completion tokens of the step; beta 0: no reference). The loss is
-  rlft's (`grpo_loss`): TRL's sits inside GRPOTrainer._compute_loss, which needs a trainer that generated
-  the batch; tests/test_dspy.py checks the two equal on the same groups. Rows with advantage 0 contribute
-  nothing and are not run through the model (their tokens still count in the normalizer, as in TRL);
+  (A = (r - mean) / (std + 1e-4), std unbiased, scale_rewards "group"), and takes `grpo.num_iterations`
+  optimizer steps on TRL's GRPO loss over those groups (loss_type "dapo": per token -min(ratio * A,
+  clip(ratio, 1 - epsilon, 1 + epsilon) * A), ratio = exp(logp - old logp), summed over completion tokens / all
+  completion tokens of the step; beta 0: no reference). The first iteration is on-policy (ratio 1, TRL's one
+  iteration per generation); later ones reuse the same groups against the log-probs before the first update,
+  as TRL's num_iterations (the DeepSeekMath paper's mu) does. rlft.dspy's default is 4, TRL's 1
+  (rlft.dspy.config.DSPY_DEFAULTS says why). The loss is rlft's (`grpo_loss`): TRL's sits inside
+  GRPOTrainer._compute_loss, which needs a trainer that generated the batch; tests/test_dspy.py checks the two
+  equal on the same groups, with and without old log-probs. Rows with advantage 0 contribute nothing and are
+  not run through the model (their tokens still count in the normalizer, as in TRL);
 - watches like `rlft grpo`: reward, reward_std, frac_reward_zero_std (DSPy's "no diversity"), loss, grad norm,
   completion length into metrics.jsonl through rlft.watch.monitor.Watcher, so zero_signal and the other alarms fire;
   with a valset (the calling GRPO's, or train_kwargs `valset` + `metric`) a greedy dspy.Evaluate every
@@ -93,14 +97,17 @@ def group_advantages(rewards: list[float]) -> list[float]:
     return ((r - r.mean()) / (std + STD_EPS)).tolist()
 
 
-def grpo_loss(logps, mask, advantages, total_tokens: float):
-    """TRL's GRPO loss at one iteration per generation, loss_type dapo, beta 0: the importance ratio
-    exp(logp - logp.detach()) is 1 with the policy gradient's gradient; -ratio * A summed over completion
-    tokens, divided by every completion token of the step (TRL's num_items_in_batch)."""
+def grpo_loss(logps, mask, advantages, total_tokens: float, old_logps=None, epsilon: float = 0.2):
+    """TRL's GRPO loss, loss_type dapo, beta 0: per token -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A),
+    ratio = exp(logp - old logp), summed over completion tokens and divided by every completion token of the
+    step (TRL's num_items_in_batch). With `old_logps` None (the first iteration on a batch) the old log-probs
+    are the current ones detached: the ratio is 1 with the policy gradient's gradient and nothing is clipped."""
     import torch
 
-    ratio = torch.exp(logps - logps.detach())
-    per_token = -ratio * advantages.unsqueeze(1)
+    old = logps.detach() if old_logps is None else old_logps
+    ratio = torch.exp(logps - old)
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * adv)
     return (per_token * mask).sum() / max(float(total_tokens), 1.0)
 
 
@@ -296,22 +303,31 @@ class RlftReinforceJob(ReinforceJob):
         self.rollouts += len(rewards_all)
         loss_value, grad_norm = 0.0, 0.0
         served = self.engine.served(self.served_name)
+        iterations = max(int(self.cfg.grpo.get("num_iterations") or 1), 1)
+        epsilon = float(self.cfg.grpo.get("epsilon") or 0.2)
         if rows:
             with served.lock:
                 self.model.train()
                 micro = int(self.cfg.train.get("per_device_train_batch_size") or 8)
-                for k in range(0, len(rows), micro):
-                    part = rows[k:k + micro]
-                    logps, mask = completion_logps(self.model, [r[0] for r in part], [r[1] for r in part],
-                                                   tok.pad_token_id)
-                    adv = torch.tensor([r[2] for r in part], dtype=logps.dtype, device=logps.device)
-                    loss = grpo_loss(logps, mask, adv, total_tokens)
-                    loss.backward()
-                    loss_value += float(loss.detach())
-                params = [p for p in self.model.parameters() if p.requires_grad]
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
+                parts = [rows[k:k + micro] for k in range(0, len(rows), micro)]
+                old: list = [None] * len(parts)  # each part's log-probs before this batch's first update
+                for iteration in range(iterations):
+                    for i, part in enumerate(parts):
+                        logps, mask = completion_logps(self.model, [r[0] for r in part], [r[1] for r in part],
+                                                       tok.pad_token_id)
+                        if iteration == 0 and iterations > 1:
+                            old[i] = logps.detach()
+                        adv = torch.tensor([r[2] for r in part], dtype=logps.dtype, device=logps.device)
+                        loss = grpo_loss(logps, mask, adv, total_tokens, old_logps=old[i] if iteration else None,
+                                         epsilon=epsilon)
+                        loss.backward()
+                        if iteration == 0:  # the on-policy iteration's loss and gradient norm are the ones logged
+                            loss_value += float(loss.detach())
+                    params = [p for p in self.model.parameters() if p.requires_grad]
+                    norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+                    grad_norm = norm if iteration == 0 else grad_norm
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
         seconds = time.time() - start
         self.step_seconds.append(seconds)
         n = max(len(groups), 1)
