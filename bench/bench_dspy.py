@@ -89,7 +89,7 @@ def main() -> int:
     print(f"rlft grpo: {args.steps} steps in {time.time() - t:.1f} s wall, {rlft_step:.2f} s/step", flush=True)
 
     lm = rlft.dspy.local_lm(args.model, lora=True, max_tokens=args.tokens, output_dir=str(work / "dspy"),
-                            temperature=None, **{"grpo.temperature": 1.0, "grpo.num_iterations": 1})
+                            temperature=None, **{"grpo.temperature": 1.0})
     program = dspy.Predict("question -> answer")
     program.set_lm(lm)
     jobs = []

@@ -40,16 +40,15 @@ JOB_KEYS = ("groups_per_step", "valset", "metric", "max_tokens", "max_temperatur
 # GRPO: lr 2e-4 constant (twice recipes/grpo_smollm2.yaml's 1e-4: a DSPy GRPO run here is 10-20 steps, not 40),
 # temperature 1.0 (TRL's default; a typed field is answered by guided choice, and at 0.7 a confident small
 # model's groups of 8 mostly agree: 75% had no signal on a two-label program); beta 0 (TRL's default);
-# num_iterations 4 (TRL's default is 1): four clipped updates on each step's groups, as PPO takes several epochs
-# on each batch, because a DSPy GRPO run is a dozen steps and one update a step often left the greedy answers
-# where they were (BENCHMARKS.md, "DSPy programs", measures both).
+# num_iterations 1 (TRL's default): four clipped updates on each step's groups (`grpo.num_iterations: 4`) did not
+# measure better in the runs so far (BENCHMARKS.md, "DSPy programs"), so it stays opt-in.
 DSPY_DEFAULTS: dict[str, dict[str, Any]] = {
     "sft": {"model.lora.enabled": True, "model.lora.r": 16, "model.lora.alpha": 32,
             "train.learning_rate": 2e-4, "train.num_train_epochs": 3.0, "train.per_device_train_batch_size": 8,
             "train.logging_steps": 5, "train.save_steps": 1000, "watch.auto_holdout": False},
     "grpo": {"model.lora.enabled": True, "model.lora.r": 16, "model.lora.alpha": 32,
              "train.learning_rate": 2e-4, "train.lr_scheduler_type": "constant", "grpo.temperature": 1.0,
-             "grpo.beta": 0.0, "grpo.num_iterations": 4, "grpo.epsilon": 0.2},
+             "grpo.beta": 0.0, "grpo.num_iterations": 1, "grpo.epsilon": 0.2},
 }
 
 

@@ -16,7 +16,7 @@ listed. This job:
   clip(ratio, 1 - epsilon, 1 + epsilon) * A), ratio = exp(logp - old logp), summed over completion tokens / all
   completion tokens of the step; beta 0: no reference). The first iteration is on-policy (ratio 1, TRL's one
   iteration per generation); later ones reuse the same groups against the log-probs before the first update,
-  as TRL's num_iterations (the DeepSeekMath paper's mu) does. rlft.dspy's default is 4, TRL's 1
+  as TRL's num_iterations (the DeepSeekMath paper's mu) does. The default is TRL's 1
   (rlft.dspy.config.DSPY_DEFAULTS says why). The loss is rlft's (`grpo_loss`): TRL's sits inside
   GRPOTrainer._compute_loss, which needs a trainer that generated the batch; tests/test_dspy.py checks the two
   equal on the same groups, with and without old log-probs. Rows with advantage 0 contribute nothing and are
