@@ -113,10 +113,10 @@ def str_banned_openers(tok, stops: tuple[int, ...]) -> list[int]:
 class NumberGuide:
     """A transformers LogitsProcessor that keeps a single int/float field's answer a number: only tokens made of
     digits (and a leading "-"; one "." for a float, followed by a digit) until a digit is written, then those
-    or a stop token (the end of turn, a blank line); after NUMBER_TOKENS tokens only a stop. A single `str` field's first token may not
-    be blank or open a placeholder, a marker or a code fence ("{", "[", "#", "`"): given DSPy's prompt, a 135M
-    model otherwise copies the prompt's structure ("{label}", "[[ ## ... ## ]]") into the field. Rows of kind
-    None are left alone."""
+    or a stop token (the end of turn, a blank line); after NUMBER_TOKENS tokens only a stop. A single `str`
+    field's first token may not be blank or open a placeholder, a marker or a code fence ("{", "[", "#", "`"):
+    given DSPy's prompt, a 135M model otherwise copies the prompt's structure ("{label}", "[[ ## ... ## ]]")
+    into the field. Rows of kind None are left alone."""
 
     def __init__(self, tok, kinds: list[str | None], width: int, stops: list[int]):
         self.kinds, self.width = kinds, width
