@@ -337,6 +337,20 @@ def test_ctrl_c_closes_the_job_with_a_checkpoint(tiny_dir, tmp_path):
     assert signal.getsignal(signal.SIGINT) is not job._on_sigint
 
 
+def _trl_inputs(prompts, completions, advantages, pad: int, **extra):
+    """GRPOTrainer._compute_loss's inputs for these rows: left-padded prompts, right-padded completions."""
+    import torch
+
+    plen, clen = max(map(len, prompts)), max(map(len, completions))
+    return {
+        "prompt_ids": torch.tensor([[pad] * (plen - len(p)) + p for p in prompts]),
+        "prompt_mask": torch.tensor([[0] * (plen - len(p)) + [1] * len(p) for p in prompts]),
+        "completion_ids": torch.tensor([c + [pad] * (clen - len(c)) for c in completions]),
+        "completion_mask": torch.tensor([[1] * len(c) + [0] * (clen - len(c)) for c in completions]),
+        "advantages": torch.as_tensor(advantages, dtype=torch.float32),
+        "num_items_in_batch": torch.tensor(float(sum(len(c) for c in completions))), **extra}
+
+
 def test_grpo_loss_gives_trls_gradient(tiny_dir, tmp_path):
     """rlft's loss against TRL's GRPOTrainer._compute_loss on the same groups (dapo, beta 0, one iteration):
     the same value and the same LoRA gradients."""
@@ -371,16 +385,8 @@ def test_grpo_loss_gives_trls_gradient(tiny_dir, tmp_path):
             ids = tok(m["completion"]["content"], add_special_tokens=False)["input_ids"]
             completions.append(ids + [tok.eos_token_id])
     total = sum(len(c) for c in completions)
-    plen, clen = max(map(len, prompts)), max(map(len, completions))
     pad = tok.pad_token_id
-    inputs = {
-        "prompt_ids": torch.tensor([[pad] * (plen - len(p)) + p for p in prompts]),
-        "prompt_mask": torch.tensor([[0] * (plen - len(p)) + [1] * len(p) for p in prompts]),
-        "completion_ids": torch.tensor([c + [pad] * (clen - len(c)) for c in completions]),
-        "completion_mask": torch.tensor([[1] * len(c) + [0] * (clen - len(c)) for c in completions]),
-        "advantages": torch.tensor(advantages, dtype=torch.float32),
-        "num_items_in_batch": torch.tensor(float(total)),
-    }
+    inputs = _trl_inputs(prompts, completions, advantages, pad)
     params = [p for p in model.parameters() if p.requires_grad]
     trl_loss = trainer._compute_loss(model, inputs)
     trl_grads = torch.autograd.grad(trl_loss, params)
@@ -424,15 +430,8 @@ def test_grpo_loss_with_old_logps_is_trls_clipped_loss(tiny_dir, tmp_path):
         logps, mask = completion_logps(model, prompts, completions, tok.pad_token_id)
     old = logps + torch.linspace(-0.5, 0.5, logps.numel()).reshape(logps.shape) * mask  # ratios 0.6 .. 1.6
     total = sum(len(c) for c in completions)
-    plen, clen = max(map(len, prompts)), max(map(len, completions))
-    pad = tok.pad_token_id
-    inputs = {
-        "prompt_ids": torch.tensor([[pad] * (plen - len(p)) + p for p in prompts]),
-        "prompt_mask": torch.tensor([[0] * (plen - len(p)) + [1] * len(p) for p in prompts]),
-        "completion_ids": torch.tensor([c + [pad] * (clen - len(c)) for c in completions]),
-        "completion_mask": torch.tensor([[1] * len(c) + [0] * (clen - len(c)) for c in completions]),
-        "advantages": advantages, "old_per_token_logps": old, "num_items_in_batch": torch.tensor(float(total)),
-    }
+    pad, clen = tok.pad_token_id, max(map(len, completions))
+    inputs = _trl_inputs(prompts, completions, advantages, pad, old_per_token_logps=old)
     params = [p for p in model.parameters() if p.requires_grad]
     trl_loss = trainer._compute_loss(model, inputs)
     trl_grads = torch.cat([g.flatten() for g in torch.autograd.grad(trl_loss, params)])
