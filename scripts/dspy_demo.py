@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if "bootstrap" in stages:
         t, before = time.time(), served()
         lm_b = rlft.dspy.local_lm(args.model, lora=True, output_dir=str(out / f"{args.task}-bootstrap"),
-                                      **extra)
+                                  **extra)
         student = make()
         student.set_lm(lm_b)
         tuned = dspy.BootstrapFinetune(metric=metric, num_threads=16).compile(student, trainset=trainset,

@@ -100,6 +100,10 @@ def number_masks(tok, stops: tuple[int, ...]):
             end = torch.zeros(vocab_size, dtype=torch.bool)
             end[list(stops)] = True
             masks[kind] = (first, later, end)
+        float_first, float_later, float_end = masks["float"]
+        dotted = float_later.clone()
+        dotted[dot] = False
+        masks["float_dotted"] = (float_first, dotted, float_end)  # a float whose answer has its one "." already
         _MASKS[key] = (masks, digit_mask, set(minus), set(dot))
     return _MASKS[key]
 
@@ -121,7 +125,6 @@ class NumberGuide:
     def __init__(self, tok, kinds: list[str | None], width: int, stops: list[int]):
         self.kinds, self.width = kinds, width
         self.masks, self.digits, self.minus, self.dots = number_masks(tok, tuple(stops))
-        self.no_dot = None  # the `later` mask of a float whose answer already has its "." (built on first use)
 
     def __call__(self, input_ids, scores):
         step = input_ids.shape[1] - self.width
@@ -138,10 +141,7 @@ class NumberGuide:
             elif int(input_ids[row, -1]) in self.minus or int(input_ids[row, -1]) in self.dots:
                 allowed = self.digits  # a lone "-", or a "." just written: a digit must follow
             elif kind == "float" and any(int(t) in self.dots for t in input_ids[row, self.width:]):
-                if self.no_dot is None:
-                    self.no_dot = later.clone()
-                    self.no_dot[list(self.dots)] = False
-                allowed = self.no_dot  # one "." at most ("1..5" is no float)
+                allowed = self.masks["float_dotted"][1]  # one "." at most ("1..5" is no float)
             else:
                 allowed = later
             scores[row, ~allowed[:scores.shape[1]].to(scores.device)] = float("-inf")

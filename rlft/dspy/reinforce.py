@@ -304,7 +304,8 @@ class RlftReinforceJob(ReinforceJob):
         loss_value, grad_norm = 0.0, 0.0
         served = self.engine.served(self.served_name)
         iterations = max(int(self.cfg.grpo.get("num_iterations") or 1), 1)
-        epsilon = float(self.cfg.grpo.get("epsilon") or 0.2)
+        eps = self.cfg.grpo.get("epsilon")
+        epsilon = 0.2 if eps is None else float(eps)  # TRL's default; 0 is a value, not "unset"
         if rows:
             with served.lock:
                 self.model.train()
@@ -315,17 +316,17 @@ class RlftReinforceJob(ReinforceJob):
                     for i, part in enumerate(parts):
                         logps, mask = completion_logps(self.model, [r[0] for r in part], [r[1] for r in part],
                                                        tok.pad_token_id)
-                        if iteration == 0 and iterations > 1:
+                        if iteration == 0:
                             old[i] = logps.detach()
                         adv = torch.tensor([r[2] for r in part], dtype=logps.dtype, device=logps.device)
-                        loss = grpo_loss(logps, mask, adv, total_tokens, old_logps=old[i] if iteration else None,
-                                         epsilon=epsilon)
+                        loss = grpo_loss(logps, mask, adv, total_tokens, old_logps=old[i], epsilon=epsilon)
                         loss.backward()
                         if iteration == 0:  # the on-policy iteration's loss and gradient norm are the ones logged
                             loss_value += float(loss.detach())
                     params = [p for p in self.model.parameters() if p.requires_grad]
                     norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
-                    grad_norm = norm if iteration == 0 else grad_norm
+                    if iteration == 0:
+                        grad_norm = norm
                     self.optimizer.step()
                     self.optimizer.zero_grad(set_to_none=True)
         seconds = time.time() - start
