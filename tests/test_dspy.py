@@ -522,5 +522,35 @@ def test_dspy_grpo_compiles_through_rlft(tiny_dir, tmp_path):
     assert summary["status"] == "completed" and summary["global_step"] == 2
     assert summary["groups_per_step"] == 2  # read from the calling GRPO
     history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in history if "heldout/pass_at_1" in r] == [0]  # the start check (every 5 steps)
+    checks = [r for r in history if "heldout/pass_at_1" in r]
+    assert [r["step"] for r in checks] == [0, 2]  # the start (then every 5 steps) and the final weights
+    assert {r["heldout/source"] for r in checks} == {"valset"} and {r["heldout/n"] for r in checks} == {4}
     assert sum(r.get("groups", 0) for r in history) == 4 and (out / "adapter_config.json").is_file()
+
+
+def test_dspy_grpo_without_a_valset_checks_training_examples_and_says_so(tiny_dir, tmp_path):
+    from dspy.teleprompt.grpo import GRPO
+
+    import rlft.dspy
+
+    lm = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "g"))
+    program = dspy.Predict(_mood())
+    program.set_lm(lm)
+    opt = GRPO(metric=_exact, num_train_steps=1, num_dspy_examples_per_grpo_step=2, num_rollouts_per_grpo_step=4,
+               exclude_demos=True, num_threads=8, num_steps_for_val=10 ** 6)
+    opt.compile(program, trainset=_reviews(6))
+    out = tmp_path / "g"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["check_source"] == "trainset" and summary["valset_rows"] == 6
+    checks = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    checks = [r for r in checks if "heldout/pass_at_1" in r]
+    assert [(r["step"], r["heldout/source"], r["heldout/n"]) for r in checks] == [(0, "trainset", 6),
+                                                                                 (1, "trainset", 6)]
+
+
+def test_train_check_rows_spread_over_the_trainset():
+    from rlft.dspy.reinforce import train_check_rows
+
+    assert train_check_rows(list(range(5)), limit=8) == [0, 1, 2, 3, 4]
+    assert train_check_rows(list(range(100)), limit=4) == [0, 25, 50, 75]
+    assert train_check_rows(None) == []

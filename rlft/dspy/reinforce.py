@@ -25,7 +25,11 @@ listed. This job:
   completion length into metrics.jsonl through rlft.watch.monitor.Watcher, so zero_signal and the other alarms fire;
   with a valset (the calling GRPO's, or train_kwargs `valset` + `metric`) a greedy dspy.Evaluate every
   `watch.holdout_every` steps (default 5) logs heldout/pass_at_1, so reward_hacking fires when the reward
-  rises while it falls, and the best check's adapter is what `terminate` keeps (watch.keep_best);
+  rises while it falls, and the best check's adapter is what `terminate` keeps (watch.keep_best). With no
+  valset, the check reads up to TRAIN_CHECK_ROWS of the calling GRPO's training examples, evenly spaced, and says
+  so (metrics `heldout/source: trainset`, summary `check_source`): not a held-out score, there to keep the best
+  step, since a small model's GRPO on a typed field can swing between labels from one step to the next and end
+  on a bad one (BENCHMARKS.md, "DSPy programs"). `terminate` checks the final weights too before it picks;
 - explores where DSPy's groups carry no signal (a confident small model answers a typed field the same way
   in all G rollouts: nothing to learn from): when more than half of a step's groups have equal rewards, the
   next step is sampled at 1.25x the temperature (up to train_kwargs `max_temperature`, default 2.0); when
@@ -61,6 +65,8 @@ from rlft.errors import UserError
 
 DEFAULT_GROUPS_PER_STEP = 4
 HOLDOUT_EVERY = 5
+# With no valset, the check reads up to this many training examples (evenly spaced; module docstring).
+TRAIN_CHECK_ROWS = 48
 STD_EPS = 1e-4  # TRL's: advantages / (std + 1e-4)
 # Exploration: when more than EXPLORE_ABOVE of a step's groups carry no signal, the next step samples hotter
 # (x EXPLORE_FACTOR, up to train_kwargs `max_temperature`); below SETTLE_BELOW it cools back toward grpo.temperature.
@@ -112,21 +118,30 @@ def grpo_loss(logps, mask, advantages, total_tokens: float, old_logps=None, epsi
 
 
 def _calling_grpo():
-    """(GRPO, student, valset) from the dspy GRPO.compile() frame that called lm.reinforce, if any."""
+    """(GRPO, student, valset, trainset) from the dspy GRPO.compile() frame that called lm.reinforce, if any."""
     try:
         from dspy.teleprompt.grpo import GRPO
     except ImportError:  # pragma: no cover
-        return None, None, None
+        return None, None, None, None
     frame = inspect.currentframe()
     try:
         while frame is not None:
             me = frame.f_locals.get("self")
             if isinstance(me, GRPO) and frame.f_code.co_name == "compile":
-                return me, frame.f_locals.get("student"), frame.f_locals.get("valset")
+                f = frame.f_locals
+                return me, f.get("student"), f.get("valset"), f.get("trainset")
             frame = frame.f_back
     finally:
         del frame
-    return None, None, None
+    return None, None, None, None
+
+
+def train_check_rows(trainset, limit: int = TRAIN_CHECK_ROWS) -> list:
+    """Up to `limit` examples of `trainset`, evenly spaced, in order (the check when no valset is given)."""
+    rows = list(trainset or [])
+    if len(rows) <= limit:
+        return rows
+    return [rows[(i * len(rows)) // limit] for i in range(limit)]
 
 
 class RlftReinforceJob(ReinforceJob):
@@ -162,13 +177,17 @@ class RlftReinforceJob(ReinforceJob):
         out = Path(cfg.train.output_dir).resolve()
         cfg.values["train"]["output_dir"] = str(out)
         check_run_folder(cfg)
-        grpo, student, valset = _calling_grpo()
+        grpo, student, valset, trainset = _calling_grpo()
         self.groups_per_step = int(kwargs.get("groups_per_step") or (
             grpo.num_dspy_examples_per_grpo_step * max(len(student.predictors()), 1) if grpo is not None and
             student is not None else DEFAULT_GROUPS_PER_STEP))
         self.student = student
         self.valset = kwargs.get("valset") or valset
         self.metric = kwargs.get("metric") or (grpo.metric if grpo is not None else None)
+        self.check_source = "valset"
+        if not self.valset and trainset and cfg.watch.get("keep_best", True):
+            self.valset = train_check_rows(trainset)
+            self.check_source = "trainset"
         if kwargs.get("valset") and self.student is None:
             self.student = kwargs.get("program")
         self.holdout_every = int(cfg.watch.get("holdout_every") or HOLDOUT_EVERY)
@@ -204,7 +223,7 @@ class RlftReinforceJob(ReinforceJob):
         write_json(out / "versions.json", versions())
         self.record = RunRecord(out, "dspy-grpo")
         self.record.update(groups_per_step=self.groups_per_step, valset_rows=len(self.valset or []),
-                           model=self.lm.model)
+                           check_source=self.check_source if self.valset else None, model=self.lm.model)
         self.watch = prepare_watch(cfg)
         self.watcher = Watcher(out, console, self.watch)
         self.console = console
@@ -360,8 +379,11 @@ class RlftReinforceJob(ReinforceJob):
         finally:
             self.lm.kwargs["temperature"] = temperature
         score = float(getattr(result, "score", result)) / 100.0
-        self.watcher.log({"step": step, "heldout/pass_at_1": score, "heldout/n": len(self.valset)})
-        self.console.print(f"held-out (dspy.Evaluate, greedy) at step {step}: {score:.3f}", highlight=False)
+        self.watcher.log({"step": step, "heldout/pass_at_1": score, "heldout/n": len(self.valset),
+                          "heldout/source": self.check_source})
+        what = ("held-out" if self.check_source == "valset"
+                else f"{len(self.valset)} training examples, no valset given,")
+        self.console.print(f"check on {what} (dspy.Evaluate, greedy) at step {step}: {score:.3f}", highlight=False)
         if self.best is None or score > self.best[0]:
             state = {k: v.detach().clone() for k, v in self.model.state_dict().items() if "lora_" in k}
             self.best = (score, step, state)
@@ -401,12 +423,15 @@ class RlftReinforceJob(ReinforceJob):
         from rlft.report import report_and_print
 
         kept = {}
+        last_check = [r["step"] for r in self.watcher.history if "heldout/pass_at_1" in r]
+        if self.best is not None and last_check and last_check[-1] != self.steps:
+            self._heldout(self.steps)  # the final weights are checked too before the best is picked
         if self.keep_best and self.best is not None:
             score, step, state = self.best
             last = self.watcher.history and [r for r in self.watcher.history if "heldout/pass_at_1" in r][-1]
             if last and last["step"] != step:
                 self.model.load_state_dict(state, strict=False)
-                kept = {"kept": {"step": step, "heldout/pass_at_1": score}}
+                kept = {"kept": {"step": step, "heldout/pass_at_1": score, "source": self.check_source}}
                 self.console.print(f"kept the best held-out check's adapter: step {step} ({score:.3f})",
                                    highlight=False)
         with self.engine.served(self.served_name).lock:
