@@ -5,6 +5,7 @@ truth (exit 3, nothing written), `rlft choose --data PAIRS` recommends DPO first
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from helpers import DATA, write_jsonl
@@ -137,3 +138,49 @@ def test_reward_refuses_a_bad_truth_file_before_training(cli, tmp_path):
             f"reward.truth_data={bad}", "--set", "reward.truth_verifier=support_policy")
     assert r.code == 2 and "decision" in r.err, r.text
     assert not (out / "metrics.jsonl").exists()
+
+
+class _RuleScorer:
+    """A stand-in reward model: scores each row by `rule(decoded text)` (score() reads `.parameters()` and
+    `(input_ids, attention_mask) -> .logits`)."""
+
+    def __init__(self, tok, rule):
+        import torch
+
+        self.tok, self.rule, self.w = tok, rule, torch.nn.Parameter(torch.zeros(1))
+        self.training = False
+
+    def parameters(self):
+        return iter([self.w])
+
+    def eval(self):
+        return self
+
+    def __call__(self, input_ids, attention_mask):
+        import torch
+
+        texts = [self.tok.decode([t for t, m in zip(row.tolist(), mask.tolist()) if m])
+                 for row, mask in zip(input_ids, attention_mask)]
+        return SimpleNamespace(logits=torch.tensor([[float(self.rule(t))] for t in texts]))
+
+
+def test_prompt_swapped_accuracy_tells_a_reader_of_the_prompt_from_a_reader_of_the_wording(tiny_dir):
+    from rlft.models import load_tokenizer
+    from rlft.reward_model.scoring import prompt_swapped_accuracy, reads_the_prompt_line
+
+    tok = load_tokenizer(tiny_dir)
+    rows = [{"prompt": f"number {i} is", "chosen": " odd" if i % 2 else " even",
+             "rejected": " even, sorry" if i % 2 else " odd, sorry"} for i in range(1, 7)]
+
+    def parity(text):  # right when the reply names the parity of the prompt's number
+        n = int(text.split()[1])
+        return ("odd" if n % 2 else "even") in text.split("is", 1)[1].split(",")[0]
+
+    wording = _RuleScorer(tok, lambda text: "sorry" not in text)
+    reader = _RuleScorer(tok, parity)
+    assert prompt_swapped_accuracy(wording, tok, rows) == 1.0  # the wrong prompt changes nothing it reads
+    assert prompt_swapped_accuracy(reader, tok, rows) == 0.0  # each swapped prompt has the other parity
+    assert "reads the replies' wording" in reads_the_prompt_line(1.0, 1.0, 6)
+    assert "wording" not in reads_the_prompt_line(1.0, 0.0, 6)
+    assert prompt_swapped_accuracy(reader, tok, rows[:1]) is None
+    assert prompt_swapped_accuracy(reader, tok, [dict(rows[0]), dict(rows[0])]) is None

@@ -127,6 +127,11 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
         held = [r.data for r in (wrap_as_chat(read_rows(str(pairs))) if as_chat else read_rows(str(pairs)))]
         out["pair_accuracy"] = round(pair_accuracy(model_, tok, held), 4)
         out["pairs"] = len(held)
+        from rlft.reward_model.scoring import prompt_swapped_accuracy
+
+        swapped = prompt_swapped_accuracy(model_, tok, held)
+        if swapped is not None:
+            out["pair_accuracy_prompt_swapped"] = round(swapped, 4)
     a = policy_agreement(model, rm, rows, spec, samples, max_new_tokens)
     out.update(a.as_dict())
     if json_out:
@@ -134,6 +139,11 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
         return
     if "pair_accuracy" in out:
         typer.echo(f"pair accuracy: {out['pair_accuracy']:.3f} on {out['pairs']} pairs")
+        if "pair_accuracy_prompt_swapped" in out:
+            from rlft.reward_model.scoring import reads_the_prompt_line
+
+            typer.echo(reads_the_prompt_line(out["pair_accuracy"], out["pair_accuracy_prompt_swapped"],
+                                             out["pairs"]))
     typer.echo(a.line())
 
 

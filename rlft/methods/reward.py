@@ -3,9 +3,11 @@
 The model is the start checkpoint with a one-output score head (AutoModelForSequenceClassification,
 num_labels=1). After training, held-out pair accuracy (chosen scored above rejected) is measured through
 `rlft.reward_model.scoring.score`, the same function PPO and GRPO use to score completions, so the number
-reported is the accuracy those consumers get. With `reward.truth_data` (prompts + a truth's fields) and
-`reward.truth_verifier`, the end also reports the reward model's agreement with that truth on replies sampled
-from the start model (rlft.reward_model.truth): what PPO will optimise, not what the pairs hold.
+reported is the accuracy those consumers get; and again with each pair's prompt swapped for another's, which
+shows whether the reward model reads the prompt at all (rlft.reward_model.scoring.prompt_swapped_accuracy).
+With `reward.truth_data` (prompts + a truth's fields) and `reward.truth_verifier`, the end also reports the
+reward model's agreement with that truth on replies sampled from the start model (rlft.reward_model.truth):
+what PPO will optimise, not what the pairs hold.
 """
 
 from __future__ import annotations
@@ -58,6 +60,15 @@ def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
         if rows:
             out[key] = pair_accuracy(trainer.model, trainer.processing_class, [r.data for r in rows])
             console.print(f"{key.replace('_', ' ')}: [bold]{out[key]:.3f}[/] on {len(rows)} pairs")
+    if prepared.eval_rows and "heldout_pair_accuracy" in out:
+        from rlft.reward_model.scoring import prompt_swapped_accuracy, reads_the_prompt_line
+
+        held = [r.data for r in prepared.eval_rows]
+        swapped = prompt_swapped_accuracy(trainer.model, trainer.processing_class, held)
+        if swapped is not None:
+            out["heldout_pair_accuracy_prompt_swapped"] = swapped
+            console.print(reads_the_prompt_line(out["heldout_pair_accuracy"], swapped, len(held)),
+                          highlight=False)
     if cfg.reward.get("truth_data"):
         out.update(truth_agreement(cfg, trainer, console))
     return out

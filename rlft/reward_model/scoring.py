@@ -59,6 +59,37 @@ def pair_accuracy(model, tok, rows: Sequence[dict]) -> float:
     return sum(c > r for c, r in zip(chosen, rejected)) / max(len(rows), 1)
 
 
+def swapped_prompt_rows(rows: Sequence[dict]) -> list[dict]:
+    """The pairs with each one's prompt swapped for another's (row i gets row i + n // 2's prompt); [] when
+    fewer than two rows or every prompt is the same."""
+    n = len(rows)
+    if n < 2 or len({str(r["prompt"]) for r in rows}) < 2:
+        return []
+    return [{**r, "prompt": rows[(i + n // 2) % n]["prompt"]} for i, r in enumerate(rows)]
+
+
+def prompt_swapped_accuracy(model, tok, rows: Sequence[dict]) -> float | None:
+    """Pair accuracy with each pair's prompt swapped for another's (swapped_prompt_rows).
+
+    A reward model that judges a reply by its fit to the prompt falls toward 0.5 on the pairs whose right reply
+    depends on the prompt (the right decision for *this* customer); one that orders the pairs as well under a
+    wrong prompt tells chosen from rejected by the replies' wording alone, and on the policy's own replies, worded
+    otherwise, it has nothing to go on (docs/preferences.md, "Does the reward model read the prompt?")."""
+    swapped = swapped_prompt_rows(rows)
+    return pair_accuracy(model, tok, swapped) if swapped else None
+
+
+def reads_the_prompt_line(own: float, swapped: float, pairs: int) -> str:
+    """One line on pair accuracy with own vs swapped prompts; a warning when swapping costs (almost) nothing."""
+    line = f"pair accuracy with each pair's prompt swapped for another's: {swapped:.3f} ({own:.3f} with its own, " \
+           f"{pairs} pairs)"
+    if swapped >= own - 0.02:
+        line += (": the reward model orders these pairs as well without their prompt, so it reads the replies' "
+                 "wording, not whether they answer the prompt right; PPO against it learns that wording (pairs "
+                 "whose rejected replies are worded like the chosen ones, or on-policy pairs, teach the prompt)")
+    return line
+
+
 class RewardModelReward:
     """A reward model as a TRL-style reward function, `(completions, prompts=..., **_) -> list[float]`.
 
