@@ -432,7 +432,8 @@ class RlftReinforceJob(ReinforceJob):
             if last and last["step"] != step:
                 self.model.load_state_dict(state, strict=False)
                 kept = {"kept": {"step": step, "heldout/pass_at_1": score, "source": self.check_source}}
-                self.console.print(f"kept the best held-out check's adapter: step {step} ({score:.3f})",
+                what = "held-out" if self.check_source == "valset" else "training-example"
+                self.console.print(f"kept the best {what} check's adapter: step {step} ({score:.3f})",
                                    highlight=False)
         with self.engine.served(self.served_name).lock:
             self.model.save_pretrained(self.out)
