@@ -116,7 +116,9 @@ MEASURED_PAIRS = ("measured here (docs/preferences.md): on two support stores wi
                   "the chosen replies' NLL, recipes/dpo_smollm2.yaml) raised the held-out truth of the model's own "
                   "replies over SFT by +13.3 and +15.3 points (0.253 -> 0.387, 0.320 -> 0.473), while reward models "
                   "of 0.89-0.92 pair accuracy agreed with that truth on the SFT model's sampled replies at about "
-                  "chance (0.49-0.65), so PPO against them refused to start and best-of-16 stayed below greedy; on "
+                  "chance (0.49-0.65) and ordered the pairs as well with their prompts swapped (0.92 against 0.94: "
+                  "they read the replies' wording, not the customer's message), so PPO against them refused to "
+                  "start (forced, +4.0) and best-of-16 stayed below greedy; on "
                   "the tiny model's arithmetic pairs DPO gave 0.445 -> 0.795 and PPO gamed its reward model; try DPO "
                   "first, and best-of-n with a reward model (rlft eval --best-of 8 --reward-model RM) before PPO; "
                   "`make demo-prefs` compares all three by a held-out truth")
