@@ -224,6 +224,32 @@ def test_finetune_warns_when_every_kept_trace_gives_one_answer(tmp_path, tiny_di
     assert "same answer" not in said.getvalue()
 
 
+def test_a_finetune_on_few_traces_runs_enough_epochs_for_its_steps(tmp_path, tiny_dir):
+    """12 traces at 8 a step are 2 steps an epoch: the fine-tune runs FINETUNE_MAX_EPOCHS (6), not 3, and says
+    so; epochs or max_steps given in train_kwargs are kept as given."""
+    import io
+
+    from rich.console import Console
+
+    from rlft.dspy.config import FINETUNE_MAX_EPOCHS, FINETUNE_MIN_STEPS, finetune_epochs
+    from rlft.dspy.provider import finetune
+
+    assert finetune_epochs(12, 8) == FINETUNE_MAX_EPOCHS and finetune_epochs(94, 8) == 6.0
+    assert finetune_epochs(170, 8) == 4.0 and finetune_epochs(200, 8) == 3.0 and finetune_epochs(5000, 8) == 3.0
+    assert all(finetune_epochs(n, 8) * -(-n // 8) >= FINETUNE_MIN_STEPS for n in (94, 101, 170, 200))
+    rows = [{"messages": [{"role": "user", "content": f"{i} + 1?"}, {"role": "assistant", "content": str(i + 1)}]}
+            for i in range(12)]
+    said = io.StringIO()
+    finetune(None, "tiny", rows, "chat", {"output_dir": str(tmp_path / "few")}, console=Console(file=said, width=300))
+    assert json.loads((tmp_path / "few" / "summary.json").read_text())["global_step"] == 12
+    assert "12 traces at 8 a step: 6 epochs" in said.getvalue()
+    said = io.StringIO()
+    finetune(None, "tiny", rows, "chat", {"output_dir": str(tmp_path / "given"), "num_train_epochs": 1},
+             console=Console(file=said, width=300))
+    assert json.loads((tmp_path / "given" / "summary.json").read_text())["global_step"] == 2
+    assert "epochs, for at least" not in said.getvalue()
+
+
 def test_finetune_through_dspy_lm_returns_an_lm_on_the_new_model(tmp_path, tiny_dir):
     import rlft.dspy
 
@@ -505,7 +531,8 @@ def test_bootstrap_finetune_compiles_through_rlft(tiny_dir, tmp_path):
     assert tuned(review="review number 1").mood in ("positive", "negative")
 
 
-def test_dspy_grpo_compiles_through_rlft(tiny_dir, tmp_path):
+def _grpo_run(tmp_path, steps: int, **compile_kwargs):
+    """dspy GRPO through rlft on the tiny model: (tuned program, run folder, summary, metrics history)."""
     from dspy.teleprompt.grpo import GRPO
 
     import rlft.dspy
@@ -513,15 +540,19 @@ def test_dspy_grpo_compiles_through_rlft(tiny_dir, tmp_path):
     lm = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "g"))
     program = dspy.Predict(_mood())
     program.set_lm(lm)
-    opt = GRPO(metric=_exact, num_train_steps=2, num_dspy_examples_per_grpo_step=2, num_rollouts_per_grpo_step=4,
-               exclude_demos=True, num_threads=8, num_steps_for_val=10 ** 6)
-    tuned = opt.compile(program, trainset=_reviews(8), valset=_reviews(4))
+    opt = GRPO(metric=_exact, num_train_steps=steps, num_dspy_examples_per_grpo_step=2,
+               num_rollouts_per_grpo_step=4, exclude_demos=True, num_threads=8, num_steps_for_val=10 ** 6)
+    tuned = opt.compile(program, **compile_kwargs)
     out = tmp_path / "g"
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return tuned, out, json.loads((out / "summary.json").read_text()), history
+
+
+def test_dspy_grpo_compiles_through_rlft(tiny_dir, tmp_path):
+    tuned, out, summary, history = _grpo_run(tmp_path, 2, trainset=_reviews(8), valset=_reviews(4))
     assert tuned.predictors()[0].lm.model == str(out.resolve())
-    summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["global_step"] == 2
     assert summary["groups_per_step"] == 2  # read from the calling GRPO
-    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     checks = [r for r in history if "heldout/pass_at_1" in r]
     assert [r["step"] for r in checks] == [0, 2]  # the start (then every 5 steps) and the final weights
     assert {r["heldout/source"] for r in checks} == {"valset"} and {r["heldout/n"] for r in checks} == {4}
@@ -529,21 +560,9 @@ def test_dspy_grpo_compiles_through_rlft(tiny_dir, tmp_path):
 
 
 def test_dspy_grpo_without_a_valset_checks_training_examples_and_says_so(tiny_dir, tmp_path):
-    from dspy.teleprompt.grpo import GRPO
-
-    import rlft.dspy
-
-    lm = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "g"))
-    program = dspy.Predict(_mood())
-    program.set_lm(lm)
-    opt = GRPO(metric=_exact, num_train_steps=1, num_dspy_examples_per_grpo_step=2, num_rollouts_per_grpo_step=4,
-               exclude_demos=True, num_threads=8, num_steps_for_val=10 ** 6)
-    opt.compile(program, trainset=_reviews(6))
-    out = tmp_path / "g"
-    summary = json.loads((out / "summary.json").read_text())
+    _, _, summary, history = _grpo_run(tmp_path, 1, trainset=_reviews(6))
     assert summary["check_source"] == "trainset" and summary["valset_rows"] == 6
-    checks = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    checks = [r for r in checks if "heldout/pass_at_1" in r]
+    checks = [r for r in history if "heldout/pass_at_1" in r]
     assert [(r["step"], r["heldout/source"], r["heldout/n"]) for r in checks] == [(0, "trainset", 6),
                                                                                  (1, "trainset", 6)]
 
