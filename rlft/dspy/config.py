@@ -35,13 +35,31 @@ ALIASES = {
 JOB_KEYS = ("groups_per_step", "valset", "metric", "max_tokens", "max_temperature")
 
 # Defaults for DSPy programs (LoRA on a small instruct model; every one overridable by a train_kwargs key).
-# SFT: rank 16, lr 2e-4 for 3 epochs, as rlft's LoRA SFT recipes; the held-out check is off (BootstrapFinetune's
-# rows are the teacher's accepted traces, often a few dozen: a 5% slice is too small to steer by).
+# SFT: rank 16, lr 2e-4 for 3 epochs (more on few traces: finetune_epochs), as rlft's LoRA SFT recipes; the
+# held-out check is off (BootstrapFinetune's rows are the teacher's accepted traces, often a few dozen: a 5% slice
+# is too small to steer by).
 # GRPO: lr 2e-4 constant (twice recipes/grpo_smollm2.yaml's 1e-4: a DSPy GRPO run here is 10-20 steps, not 40),
 # temperature 1.0 (TRL's default; a typed field is answered by guided choice, and at 0.7 a confident small
 # model's groups of 8 mostly agree: 75% had no signal on a two-label program); beta 0 (TRL's default);
 # num_iterations 1 (TRL's default): four clipped updates on each step's groups (`grpo.num_iterations: 4`) did not
 # measure better in the runs so far (BENCHMARKS.md, "DSPy programs"), so it stays opt-in.
+# A BootstrapFinetune fine-tune on few traces: unless train_kwargs set the epochs or max_steps, it runs enough epochs
+# for about FINETUNE_MIN_STEPS optimizer steps, between the default 3 and FINETUNE_MAX_EPOCHS (finetune_epochs). On
+# ~100 traces at batch 8, 3 epochs are ~36 steps, which fit the traces (loss 0.03) without moving the held-out
+# answers much; 6 epochs moved them (BENCHMARKS.md, "DSPy programs": BootstrapFinetune epochs).
+FINETUNE_MIN_STEPS = 72
+FINETUNE_MAX_EPOCHS = 6
+EPOCH_KEYS = ("num_train_epochs", "train.num_train_epochs", "max_steps", "train.max_steps")
+
+
+def finetune_epochs(rows: int, batch: int, base: float = 3.0) -> float:
+    """Epochs for a fine-tune on `rows` traces at `batch` rows a step: at least `base`, enough for
+    FINETUNE_MIN_STEPS steps, at most FINETUNE_MAX_EPOCHS."""
+    steps_per_epoch = max(1, -(-rows // max(batch, 1)))
+    need = -(-FINETUNE_MIN_STEPS // steps_per_epoch)
+    return float(max(base, min(FINETUNE_MAX_EPOCHS, need)))
+
+
 DSPY_DEFAULTS: dict[str, dict[str, Any]] = {
     "sft": {"model.lora.enabled": True, "model.lora.r": 16, "model.lora.alpha": 32,
             "train.learning_rate": 2e-4, "train.num_train_epochs": 3.0, "train.per_device_train_batch_size": 8,

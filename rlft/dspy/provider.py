@@ -1,13 +1,14 @@
 """RlftProvider: a `dspy.Provider` that is finetunable (an rlft SFT run) and reinforceable (rlft.dspy.reinforce).
 
-`finetune(job, model, train_data, train_data_format, train_kwargs) -> model id` is what dspy.LM.finetune runs
-on the thread it starts (BootstrapFinetune then waits on `job.result()`). Here it is an rlft SFT run through
+`finetune(job, model, train_data, train_data_format, train_kwargs) -> model id` is what dspy.LM.finetune runs on
+the thread it starts (BootstrapFinetune then waits on `job.result()`). Here it is an rlft SFT run through
 rlft.methods.common.train, the code path `rlft sft` takes: DSPy's {"messages": [...]} rows are written to
-`<output_dir>.train.jsonl` beside the run folder (the run's config.yaml names that file), the model is
-`model` (LoRA by default, rlft.dspy.config.DSPY_DEFAULTS), and the run folder is like any other (config.yaml,
-versions.json, metrics.jsonl, summary.json, report, the final model). The id returned is the run folder's
-path: the LM DSPy copies from it (`lm.copy(model=id)`) is served the new weights by the same engine, and
-`rlft eval / merge / export / chat --model <id>` take it as any run.
+`<output_dir>.train.jsonl` beside the run folder (the run's config.yaml names that file), the model is `model`
+(LoRA by default, rlft.dspy.config.DSPY_DEFAULTS; on few traces enough epochs for FINETUNE_MIN_STEPS steps,
+rlft.dspy.config.finetune_epochs), and the run folder is like any other (config.yaml, versions.json,
+metrics.jsonl, summary.json, report, the final model). The id returned is the run folder's path: the LM DSPy
+copies from it (`lm.copy(model=id)`) is served the new weights by the same engine, and `rlft eval / merge / export
+/ chat --model <id>` take it as any run.
 
 Where it departs from DSPy's LocalProvider (dspy/clients/lm_local.py, which fails on TRL >= 1.13: dspy issue
 8762): no server is launched (`launch` / `kill` do nothing: the engine loads a model at its first request) and
@@ -82,7 +83,7 @@ class RlftProvider(Provider):
 def finetune(job, model: str, train_data: list[dict[str, Any]], train_data_format, train_kwargs: dict[str, Any],
              console=None) -> str:
     """One rlft SFT run on DSPy's chat rows; the run folder's path (module docstring)."""
-    from rlft.dspy.config import resolve
+    from rlft.dspy.config import EPOCH_KEYS, FINETUNE_MIN_STEPS, finetune_epochs, resolve
     from rlft.methods import sft
     from rlft.methods.common import train
     from rlft.run.folder import check_run_folder
@@ -104,6 +105,16 @@ def finetune(job, model: str, train_data: list[dict[str, Any]], train_data_forma
             "fine-tuning on them teaches the model that one answer; a teacher that is right on other inputs, "
             "or dspy.GRPO, teaches more", highlight=False)
     cfg = resolve("sft", model, train_kwargs)
+    if not any(k in train_kwargs for k in EPOCH_KEYS):  # few traces: enough epochs for FINETUNE_MIN_STEPS steps
+        batch = int(cfg.train.per_device_train_batch_size) * int(cfg.train.get("gradient_accumulation_steps") or 1)
+        epochs = finetune_epochs(len(rows), batch, float(cfg.train.num_train_epochs))
+        if epochs != cfg.train.num_train_epochs:
+            cfg.values["train"]["num_train_epochs"] = epochs
+            from rich.console import Console
+
+            (console or Console(stderr=True)).print(
+                f"rlft.dspy: {len(rows)} traces at {batch} a step: {epochs:g} epochs, for at least "
+                f"{FINETUNE_MIN_STEPS} steps (train_kwargs num_train_epochs or max_steps to choose)", highlight=False)
     out = Path(cfg.train.output_dir).resolve()
     cfg.values["train"]["output_dir"] = str(out)
     check_run_folder(cfg)
