@@ -7,16 +7,16 @@ The default model is SmolLM2-135M (make install-real), where a step's work is th
 (`--model tiny`) a step is ~0.15 s and DSPy's own per-step work (its threads, adapters, trace collection) is of
 the same size, so the ratio there measures DSPy's Python, not rlft's step.
 
-Both sides train one LoRA policy on the same prompts: DSPy's ChatAdapter messages of a `dspy.Predict("question
--> answer")` program over data/arith questions (for `rlft grpo` written as conversational prompts). Both
-rewards are the same deterministic coin per completion text (a parity of its characters), so groups are mixed
-on both sides and neither skips more rows than the other. `rlft grpo` runs with --no-preflight and no held-out
-check; its step time is train_runtime / steps from summary.json. The dspy side is dspy.GRPO's compile
-(num_rollouts_per_grpo_step = G, num_dspy_examples_per_grpo_step = B, DSPy samples through rlft's engine with
-max_tokens = the completion length); its step time is the time from the end of the job's first step to the
-end of its last, per step (model loading and the first step's warm-up excluded on both sides as far as each
-reports them: the rlft grpo figure includes its first step). Printed: both step times and their ratio;
-exit 1 when the ratio is above 1.5.
+Both sides train one LoRA policy on the same prompts: DSPy's ChatAdapter messages of a `dspy.Predict("question ->
+answer")` program over data/arith questions (for `rlft grpo` written as conversational prompts). Both rewards are
+the same deterministic coin per completion text (a parity of its characters), so groups are mixed on both sides
+and neither skips more rows than the other. `rlft grpo` runs with --no-preflight and no held-out check; its step
+time is train_runtime / steps from summary.json. The dspy side is dspy.GRPO's compile (num_rollouts_per_grpo_step
+= G, num_dspy_examples_per_grpo_step = B, DSPy samples through rlft's engine with max_tokens = the completion
+length, and no check: `watch.keep_best` off, as `rlft grpo` has none); its step time is the time from the end of
+the job's first step to the end of its last, per step (model loading and the first step's warm-up excluded on both
+sides as far as each reports them: the rlft grpo figure includes its first step). Printed: both step times and
+their ratio; exit 1 when the ratio is above 1.5.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def main() -> int:
     print(f"rlft grpo: {args.steps} steps in {time.time() - t:.1f} s wall, {rlft_step:.2f} s/step", flush=True)
 
     lm = rlft.dspy.local_lm(args.model, lora=True, max_tokens=args.tokens, output_dir=str(work / "dspy"),
-                            temperature=None, **{"grpo.temperature": 1.0})
+                            temperature=None, **{"grpo.temperature": 1.0, "watch.keep_best": False})
     program = dspy.Predict("question -> answer")
     program.set_lm(lm)
     jobs = []
