@@ -121,6 +121,11 @@ def test_verify_checks_a_reward_model_against_the_truth(cli, store_runs):
     out = json.loads(r.out.strip().splitlines()[-1])
     assert out["pairs"] == 100 and 0.0 <= out["pair_accuracy"] <= 1.0
     assert out["agreement_prompts"] == 4 and out["agreement_samples"] == 2
+    assert 0.0 <= out["pair_accuracy_prompt_swapped"] <= 1.0
+    r = cli("verify", "support_policy", "-d", STORE / "test.jsonl", "--reward-model", store_runs["rm"], "--model",
+            store_runs["chat"], "--pairs", STORE / "pairs_eval.jsonl", "--limit", "4", "--samples", "2",
+            "--max-new-tokens", "4")
+    assert r.code == 0 and "pair accuracy with each pair's prompt swapped for another's" in r.out, r.text
     r = cli("verify", "support_policy", "-d", STORE / "test.jsonl", "--reward-model", store_runs["rm"])
     assert r.code == 2 and "--model POLICY" in r.err
 

@@ -110,7 +110,7 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
     if not (reward_model and model):
         raise UserError("checking a reward model needs --reward-model RM and --model POLICY",
                         "e.g. rlft verify support_policy -d test.jsonl --reward-model runs/rm --model runs/sft")
-    from rlft.reward_model.scoring import RewardModelReward
+    from rlft.reward_model.scoring import RewardModelReward, reads_the_prompt_line
     from rlft.reward_model.truth import policy_agreement, truth_rows
     from rlft.run.prompt_format import resolve_as_chat
 
@@ -121,14 +121,12 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
     if pairs is not None:
         from rlft.chat.templates import wrap_as_chat
         from rlft.data import read_rows
-        from rlft.reward_model.scoring import pair_accuracy
+        from rlft.reward_model.scoring import pair_accuracy, prompt_swapped_accuracy
 
         model_, tok = rm.load()
         held = [r.data for r in (wrap_as_chat(read_rows(str(pairs))) if as_chat else read_rows(str(pairs)))]
         out["pair_accuracy"] = round(pair_accuracy(model_, tok, held), 4)
         out["pairs"] = len(held)
-        from rlft.reward_model.scoring import prompt_swapped_accuracy
-
         swapped = prompt_swapped_accuracy(model_, tok, held)
         if swapped is not None:
             out["pair_accuracy_prompt_swapped"] = round(swapped, 4)
@@ -140,8 +138,6 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
     if "pair_accuracy" in out:
         typer.echo(f"pair accuracy: {out['pair_accuracy']:.3f} on {out['pairs']} pairs")
         if "pair_accuracy_prompt_swapped" in out:
-            from rlft.reward_model.scoring import reads_the_prompt_line
-
             typer.echo(reads_the_prompt_line(out["pair_accuracy"], out["pair_accuracy_prompt_swapped"],
                                              out["pairs"]))
     typer.echo(a.line())

@@ -417,19 +417,22 @@ class RlftReinforceJob(ReinforceJob):
             signal.signal(signal.SIGINT, self._previous_sigint)
             self._previous_sigint = None
 
+    def _last_check_step(self) -> int | None:
+        """The step of the latest check in the run's history (None before the first)."""
+        steps = [r["step"] for r in self.watcher.history if "heldout/pass_at_1" in r]
+        return steps[-1] if steps else None
+
     def terminate(self):
         if self.state != "ready":
             return
         from rlft.report import report_and_print
 
         kept = {}
-        last_check = [r["step"] for r in self.watcher.history if "heldout/pass_at_1" in r]
-        if self.best is not None and last_check and last_check[-1] != self.steps:
+        if self.best is not None and self._last_check_step() != self.steps:
             self._heldout(self.steps)  # the final weights are checked too before the best is picked
         if self.keep_best and self.best is not None:
             score, step, state = self.best
-            last = self.watcher.history and [r for r in self.watcher.history if "heldout/pass_at_1" in r][-1]
-            if last and last["step"] != step:
+            if self._last_check_step() != step:
                 self.model.load_state_dict(state, strict=False)
                 kept = {"kept": {"step": step, "heldout/pass_at_1": score, "source": self.check_source}}
                 what = "held-out" if self.check_source == "valset" else "training-example"
