@@ -573,3 +573,19 @@ def test_train_check_rows_spread_over_the_trainset():
     assert train_check_rows(list(range(5)), limit=8) == [0, 1, 2, 3, 4]
     assert train_check_rows(list(range(100)), limit=4) == [0, 25, 50, 75]
     assert train_check_rows(None) == []
+
+
+def test_a_group_of_one_rollout_is_refused_before_anything_loads(tiny_dir, tmp_path):
+    from dspy.teleprompt.grpo import GRPO
+
+    import rlft.dspy
+    from rlft.errors import UserError
+
+    lm = rlft.dspy.local_lm("tiny", lora=True, output_dir=str(tmp_path / "g"))
+    program = dspy.Predict(_mood())
+    program.set_lm(lm)
+    opt = GRPO(metric=_exact, num_train_steps=2, exclude_demos=True, num_threads=2)  # DSPy's 1 rollout a group
+    with pytest.raises(UserError) as err:
+        opt.compile(program, trainset=_reviews(4))
+    assert "\n" not in str(err.value) and "num_rollouts_per_grpo_step=1" in str(err.value)
+    assert "num_rollouts_per_grpo_step=8" in err.value.fix and not (tmp_path / "g").exists()

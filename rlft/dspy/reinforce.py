@@ -8,7 +8,9 @@ listed. This job:
 - `initialize`: resolves an rlft `grpo` config from the LM's and GRPO's train_kwargs (rlft.dspy.config), loads
   the policy (LoRA by default, rlft.speed.precision's dtype), attaches rlft.speed.sampling's copy on the CPU, opens a
   normal run folder (config.yaml, versions.json, summary.json, metrics.jsonl) and has the engine serve the
-  policy under the LM's model name, sampled at grpo.temperature while the job is open;
+  policy under the LM's model name, sampled at grpo.temperature while the job is open. A group size under 2
+  (DSPy's default num_rollouts_per_grpo_step=1: every group's advantages are zero) is refused in one line
+  (UserError) before anything loads;
 - `step`: renders each member with the chat template (prompt = messages + generation prompt, completion =
   the content + the end-of-turn token the model emitted), computes group-relative advantages as TRL does
   (A = (r - mean) / (std + 1e-4), std unbiased, scale_rewards "group"), and takes `grpo.num_iterations`
@@ -173,6 +175,11 @@ class RlftReinforceJob(ReinforceJob):
         quiet_libraries()
         kwargs = {**(self.lm.train_kwargs or {}), **(self.train_kwargs or {})}
         self.kwargs = kwargs
+        group = kwargs.get("num_generations")
+        if isinstance(group, int) and 0 < group < 2:  # DSPy's GRPO defaults to num_rollouts_per_grpo_step=1
+            raise UserError(f"dspy.GRPO's groups have {group} rollout each (num_rollouts_per_grpo_step={group}, "
+                            "DSPy's default): GRPO learns from reward differences within a group, so no step "
+                            "would change the model", "pass num_rollouts_per_grpo_step=8 (at least 4) to GRPO(...)")
         self.cfg = cfg = resolve("grpo", self.lm.model, kwargs)
         out = Path(cfg.train.output_dir).resolve()
         cfg.values["train"]["output_dir"] = str(out)
