@@ -154,7 +154,12 @@ def check_budget(name: str, max_new_tokens: int, config) -> None:
 
 
 def check_reward_model(name: str, config) -> None:
-    """A reward model is a sequence classifier with one label (what `rlft reward` saves)."""
+    """A reward model is a sequence classifier with one label (what `rlft reward` saves), or a language model
+    trained by `rlft reward` with reward.objective implicit (rlft.reward_model.implicit: its marker says so)."""
+    from rlft.reward_model.implicit import is_implicit
+
+    if is_implicit(name):
+        return
     if isinstance(config, dict):  # a peft adapter: its task says what it is
         if config.get("task_type") != "SEQ_CLS":
             raise UserError(f"--reward-model '{name}' is a {config.get('task_type') or 'peft'} adapter, not a "

@@ -231,6 +231,11 @@ SCHEMA: dict[str, dict[str, Any]] = {
         Field("float", 0.0, "KL coefficient against the reference (TRL's default 0: no reference)", minimum=0.0)),
     "reward": {
         "max_length": Field("int", 1024, "drop pairs longer than this many tokens", minimum=1),
+        # rlft/reward_model/implicit.py: a DPO-trained model as the reward model
+        "objective": Field("str", "pairwise", "pairwise: a score head, Bradley-Terry loss (TRL's RewardTrainer); "
+                           "implicit: the model trained with DPO's loss, scored by beta * (log pi - log pi_ref)",
+                           choices=("pairwise", "implicit"), rlft_only=True),
+        "beta": Field("float", 0.1, "objective implicit: DPO's beta (the paper's 0.1)", minimum=0.0, rlft_only=True),
         # the reward model against a truth on the start model's own sampled replies (rlft/reward_model/truth.py)
         "truth_data": Field("str", None, "held-out prompts + the truth's fields (e.g. a store's test.jsonl): at the "
                             "end, the reward model's agreement with truth_verifier on the start model's samples",

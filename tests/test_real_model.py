@@ -143,7 +143,8 @@ def test_reward_score_head_with_pad_equal_eos(smollm2, tmp_path, cli):
     tok = load_tokenizer(str(out))
     assert tok.pad_token_id == tok.eos_token_id
     rm = RewardModelReward(str(out))
-    model, tok = rm.load()
+    scorer = rm.load()
+    model, tok = scorer.model, scorer.tok
     prompts = [PAIRS[0]["prompt"], PAIRS[1]["prompt"]]
     answers = ["yes", "No, it is not even, because it leaves a remainder of one when halved."]
     batched = score(model, tok, prompts, answers)  # the short one is padded with pad == eos

@@ -103,9 +103,59 @@ def test_lora_reward_run_scores_as_a_reward(cli, tmp_path):
             "--batch-size", "8", "--set", "reward.max_length=32")
     assert r.code == 0, r.text
     assert (out / "adapter_config.json").exists()
-    model, tok = RewardModelReward(str(out)).load()
+    scorer = RewardModelReward(str(out)).load()
+    model, tok = scorer.model, scorer.tok
     assert model.config.num_labels == 1
     prompts, answers = ["12+30=", "7+8="], ["42", "15 because seven and eight make fifteen"]
     batched = score(model, tok, prompts, answers)
     alone = [score(model, tok, [p], [a])[0] for p, a in zip(prompts, answers)]
     assert max(abs(b - a) for b, a in zip(batched, alone)) < 1e-5 and batched[0] != batched[1]
+
+
+def test_an_implicit_reward_model_scores_pairs_as_its_dpo_run_does_and_feeds_ppo(cli, tmp_path, tiny_dir):
+    """reward.objective implicit: a DPO run whose folder is a reward model. Its pair accuracy is DPOTrainer's
+    own rewards/accuracies on the same pairs, the folder loads as a reward model that scores
+    beta * (log pi - log pi_ref), and PPO takes it as --reward-model."""
+    from rlft.reward_model.implicit import IMPLICIT_MARKER, ImplicitReward
+    from rlft.reward_model.scoring import RewardModelReward
+
+    out = tmp_path / "irm"
+    r = cli("reward", "--pairs", DATA / "arith/pairs_train.jsonl", "--eval-data", DATA / "arith/pairs_eval.jsonl",
+            "--model", tiny_dir, "-o", out, "--max-steps", "12", "--lr", "1e-3", "--batch-size", "8",
+            "--set", "reward.objective=implicit", "--set", "reward.max_length=32", "--set", "data.max_rows=96")
+    assert r.code == 0, r.text
+    final = json.loads((out / "summary.json").read_text())["final_metrics"]
+    marker = json.loads((out / IMPLICIT_MARKER).read_text())
+    assert marker["beta"] == 0.1 and marker["reference"] == str(tiny_dir)
+    assert final["train_pair_accuracy"] > 0.55, final  # it learned the pairs it saw (0.5: nothing)
+    assert abs(final["heldout_pair_accuracy"] - final["eval_rewards/accuracies"]) <= 0.01, final
+    rm = RewardModelReward(str(out))
+    assert isinstance(rm.load(), ImplicitReward)
+    rows = [json.loads(line) for line in (DATA / "arith/pairs_eval.jsonl").read_text().splitlines()]
+    good = rm([x["chosen"] for x in rows], prompts=[x["prompt"] for x in rows])
+    bad = rm([x["rejected"] for x in rows], prompts=[x["prompt"] for x in rows])
+    assert sum(g > b for g, b in zip(good, bad)) / len(rows) == final["heldout_pair_accuracy"]
+    # the reference's score is 0: the same reply scored by a reward "model" whose policy is its reference
+    ref = ImplicitReward(rm.load().reference, rm.load().tok, 0.1, reference=rm.load().reference)
+    assert ref(["42"], prompts=["12+30="]) == [0.0]
+    ppo = cli("ppo", "--model", tiny_dir, "--reward-model", out, "--prompts", DATA / "arith/grpo_prompts.jsonl",
+              "-o", tmp_path / "ppo", "--max-steps", "2", "--batch-size", "4", "--set", "ppo.response_length=8",
+              "--set", "ppo.num_mini_batches=1", "--set", "watch.auto_holdout=false")
+    assert ppo.code == 0, ppo.text
+    assert json.loads((tmp_path / "ppo" / "summary.json").read_text())["status"] == "completed"
+
+
+def test_an_implicit_lora_reward_model_takes_its_adapters_base_as_reference(cli, tmp_path, tiny_dir):
+    from rlft.reward_model.implicit import IMPLICIT_MARKER
+    from rlft.reward_model.scoring import RewardModelReward
+
+    out = tmp_path / "irm-lora"
+    r = cli("reward", "--pairs", DATA / "arith/pairs_train.jsonl", "--model", tiny_dir, "-o", out, "--lora",
+            "--max-steps", "3", "--lr", "5e-3", "--batch-size", "8", "--set", "reward.objective=implicit",
+            "--set", "reward.max_length=32", "--set", "data.max_rows=48", "--set", "watch.auto_holdout=false")
+    assert r.code == 0, r.text
+    assert json.loads((out / IMPLICIT_MARKER).read_text())["reference"] is None
+    scorer = RewardModelReward(str(out)).load()
+    assert scorer.reference is not None and scorer.reference is not scorer.policy
+    scores = scorer(["42", "41 or so"], prompts=["12+30=", "12+30="])
+    assert scores[0] != scores[1]

@@ -171,7 +171,7 @@ class _RuleScorer:
 
 def test_prompt_swapped_accuracy_tells_a_reader_of_the_prompt_from_a_reader_of_the_wording(tiny_dir):
     from rlft.models import load_tokenizer
-    from rlft.reward_model.scoring import prompt_swapped_accuracy, reads_the_prompt_line
+    from rlft.reward_model.scoring import ScoredBy, prompt_swapped_accuracy, reads_the_prompt_line
 
     tok = load_tokenizer(tiny_dir)
     rows = [{"prompt": f"number {i} is", "chosen": " odd" if i % 2 else " even",
@@ -183,9 +183,9 @@ def test_prompt_swapped_accuracy_tells_a_reader_of_the_prompt_from_a_reader_of_t
 
     wording = _RuleScorer(tok, lambda text: "sorry" not in text)
     reader = _RuleScorer(tok, parity)
-    assert prompt_swapped_accuracy(wording, tok, rows) == 1.0  # the wrong prompt changes nothing it reads
-    assert prompt_swapped_accuracy(reader, tok, rows) == 0.0  # each swapped prompt has the other parity
+    assert prompt_swapped_accuracy(ScoredBy(wording, tok), rows) == 1.0  # the wrong prompt changes nothing it reads
+    assert prompt_swapped_accuracy(ScoredBy(reader, tok), rows) == 0.0  # each swapped prompt has the other parity
     assert "reads the replies' wording" in reads_the_prompt_line(1.0, 1.0, 6)
     assert "wording" not in reads_the_prompt_line(1.0, 0.0, 6)
-    assert prompt_swapped_accuracy(reader, tok, rows[:1]) is None
-    assert prompt_swapped_accuracy(reader, tok, [dict(rows[0]), dict(rows[0])]) is None
+    assert prompt_swapped_accuracy(ScoredBy(reader, tok), rows[:1]) is None
+    assert prompt_swapped_accuracy(ScoredBy(reader, tok), [dict(rows[0]), dict(rows[0])]) is None

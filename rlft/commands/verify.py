@@ -123,11 +123,10 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
         from rlft.data import read_rows
         from rlft.reward_model.scoring import pair_accuracy, prompt_swapped_accuracy
 
-        model_, tok = rm.load()
         held = [r.data for r in (wrap_as_chat(read_rows(str(pairs))) if as_chat else read_rows(str(pairs)))]
-        out["pair_accuracy"] = round(pair_accuracy(model_, tok, held), 4)
+        out["pair_accuracy"] = round(pair_accuracy(rm, held), 4)
         out["pairs"] = len(held)
-        swapped = prompt_swapped_accuracy(model_, tok, held)
+        swapped = prompt_swapped_accuracy(rm, held)
         if swapped is not None:
             out["pair_accuracy_prompt_swapped"] = round(swapped, 4)
     a = policy_agreement(model, rm, rows, spec, samples, max_new_tokens)

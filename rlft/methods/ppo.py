@@ -255,7 +255,7 @@ class _Loop:
         self.reward_fn = reward_function(cfg)
         for part in getattr(self.reward_fn, "parts", [self.reward_fn]):
             if hasattr(part, "load"):  # a reward model: load it once, on the training device
-                part.load()[0].to(accelerator.device)
+                part.load().to(accelerator.device)
         self.inner = accelerator.unwrap_model(self.model)
         self.order = PromptOrder(len(train_rows), batch, world, accelerator.process_index, cfg.train.seed)
         self.generator = torch.Generator().manual_seed(cfg.train.seed + 7919 * accelerator.process_index)

@@ -65,6 +65,12 @@ def param_counts(cfg: RunConfig) -> dict[str, Any]:
         with torch.device("meta"):
             reward = AutoModelForSequenceClassification.from_config(rconfig)
         out["reward_params"] = sum(p.numel() for p in reward.parameters())
+        from rlft.reward_model.implicit import is_implicit
+
+        if is_implicit(rpath):  # a DPO-trained reward model scores with two language models: policy and reference
+            with torch.device("meta"):
+                lm = AutoModelForCausalLM.from_config(rconfig)
+            out["reward_params"] = 2 * sum(p.numel() for p in lm.parameters())
         dtype = getattr(rconfig, "dtype", None) or getattr(rconfig, "torch_dtype", None) or torch.float32
         out["reward_dtype_bytes"] = torch.empty(0, dtype=getattr(torch, dtype) if isinstance(dtype, str)
                                                 else dtype).element_size()

@@ -1,10 +1,13 @@
-"""Reward model training with TRL's RewardTrainer (Bradley-Terry loss on preference pairs).
+"""Reward model training with TRL's RewardTrainer (Bradley-Terry loss on preference pairs), or, with
+`reward.objective: implicit`, with TRL's DPOTrainer: the trained language model is then the reward model,
+scored by DPO's implicit reward beta * (log pi - log pi_ref) (rlft.reward_model.implicit, which says why).
 
-The model is the start checkpoint with a one-output score head (AutoModelForSequenceClassification,
+The pairwise model is the start checkpoint with a one-output score head (AutoModelForSequenceClassification,
 num_labels=1). After training, held-out pair accuracy (chosen scored above rejected) is measured through
-`rlft.reward_model.scoring.score`, the same function PPO and GRPO use to score completions, so the number
-reported is the accuracy those consumers get; and again with each pair's prompt swapped for another's, which
-shows whether the reward model reads the prompt at all (rlft.reward_model.scoring.prompt_swapped_accuracy).
+`rlft.reward_model.scoring.score` (an implicit one through ImplicitReward), the same functions PPO and GRPO
+use to score completions, so the number reported is the accuracy those consumers get; and again with each
+pair's prompt swapped for another's, which shows whether the reward model reads the prompt at all
+(rlft.reward_model.scoring.prompt_swapped_accuracy).
 With `reward.truth_data` (prompts + a truth's fields) and `reward.truth_verifier`, the end also reports the
 reward model's agreement with that truth on replies sampled from the start model (rlft.reward_model.truth):
 what PPO will optimise, not what the pairs hold.
@@ -36,11 +39,18 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
     return Prepared(train_rows, eval_rows, tok=load_run_tokenizer(cfg))
 
 
-def build(cfg: RunConfig, out: Path, prepared: Prepared):
-    from trl import RewardConfig, RewardTrainer
+def implicit(cfg: RunConfig) -> bool:
+    """reward.objective implicit: DPO's loss, DPO's implicit reward (rlft.reward_model.implicit)."""
+    return cfg.reward.get("objective") == "implicit"
 
+
+def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from rlft.data.table import to_dataset
     from rlft.models import load_model
+
+    if implicit(cfg):
+        return build_implicit(cfg, out, prepared)
+    from trl import RewardConfig, RewardTrainer
 
     model = load_model(cfg.model, head="score")
     args = build_trl_config(cfg, RewardConfig, out, bool(prepared.eval_rows),
@@ -50,39 +60,79 @@ def build(cfg: RunConfig, out: Path, prepared: Prepared):
                          eval_dataset=to_dataset(prepared.eval_rows, COLUMNS) if prepared.eval_rows else None)
 
 
+def build_implicit(cfg: RunConfig, out: Path, prepared: Prepared):
+    """TRL's DPOTrainer, sigmoid loss at reward.beta, the start model as reference (as rlft.methods.dpo builds
+    it: under LoRA the policy with its adapter disabled)."""
+    from trl import DPOConfig, DPOTrainer
+
+    from rlft import models
+    from rlft.data.table import to_dataset
+
+    model = models.load_model(cfg.model)
+    ref = None if cfg.model.lora.enabled else models.load_model(cfg.model, trainable=False, with_lora=False)
+    args = build_trl_config(cfg, DPOConfig, out, bool(prepared.eval_rows), beta=float(cfg.reward.beta),
+                            loss_type=["sigmoid"], max_length=clamp_max_length(cfg.reward.max_length, model))
+    trainer = DPOTrainer(model=model, ref_model=ref, args=args, processing_class=prepared.tok,
+                         train_dataset=to_dataset(prepared.train_rows, COLUMNS),
+                         eval_dataset=to_dataset(prepared.eval_rows, COLUMNS) if prepared.eval_rows else None)
+    models.drop_fresh_ref_adapter(trainer.model)
+    return trainer
+
+
+def scorer_of(cfg: RunConfig, trainer):
+    """The trained reward model in memory as a reward function (completions, prompts=...) -> scores."""
+    if implicit(cfg):
+        from rlft.reward_model.implicit import ImplicitReward
+
+        return ImplicitReward(trainer.model, trainer.processing_class, float(cfg.reward.beta),
+                              reference=None if cfg.model.lora.enabled else trainer.ref_model)
+    from rlft.reward_model.scoring import ScoredBy
+
+    return ScoredBy(trainer.model, trainer.processing_class)
+
+
 def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
-    """Pair accuracy (chosen scored above rejected) on the first training pairs and on the held-out pairs."""
+    """Pair accuracy (chosen scored above rejected) on the first training pairs and on the held-out pairs; an
+    implicit reward model also gets its marker (rlft.reward_model.implicit), which makes the folder load as one."""
     from rlft.reward_model.scoring import pair_accuracy
 
-    out = {}
+    out: dict = {}
+    if implicit(cfg):
+        from rlft.models import resolve_model_path
+        from rlft.reward_model.implicit import write_marker
+
+        # under LoRA the reference is the adapter's base (what the run folder's adapter names); else the start
+        write_marker(Path(trainer.args.output_dir), float(cfg.reward.beta),
+                     None if cfg.model.lora.enabled else resolve_model_path(cfg.model.name_or_path))
+    reward = scorer_of(cfg, trainer)
     for key, rows in (("train_pair_accuracy", prepared.train_rows[:PAIR_ACCURACY_ROWS]),
                       ("heldout_pair_accuracy", prepared.eval_rows)):
         if rows:
-            out[key] = pair_accuracy(trainer.model, trainer.processing_class, [r.data for r in rows])
+            out[key] = pair_accuracy(reward, [r.data for r in rows])
             console.print(f"{key.replace('_', ' ')}: [bold]{out[key]:.3f}[/] on {len(rows)} pairs")
     if prepared.eval_rows and "heldout_pair_accuracy" in out:
         from rlft.reward_model.scoring import prompt_swapped_accuracy, reads_the_prompt_line
 
         held = [r.data for r in prepared.eval_rows]
-        swapped = prompt_swapped_accuracy(trainer.model, trainer.processing_class, held)
+        swapped = prompt_swapped_accuracy(reward, held)
         if swapped is not None:
             out["heldout_pair_accuracy_prompt_swapped"] = swapped
             console.print(reads_the_prompt_line(out["heldout_pair_accuracy"], swapped, len(held)),
                           highlight=False)
     if cfg.reward.get("truth_data"):
-        out.update(truth_agreement(cfg, trainer, console))
+        out.update(truth_agreement(cfg, reward, console))
     return out
 
 
-def truth_agreement(cfg: RunConfig, trainer, console) -> dict:
+def truth_agreement(cfg: RunConfig, reward, console) -> dict:
     """reward.truth_data: the reward model against the truth on the start model's own sampled replies
     (rlft.reward_model.truth), the distribution PPO will see: pair accuracy alone does not show it."""
-    from rlft.reward_model.truth import ScoredBy, policy_agreement, truth_rows
+    from rlft.reward_model.truth import policy_agreement, truth_rows
 
     sec = cfg.reward
     spec = sec.get("truth_verifier") or "support_policy"
     rows = truth_rows(sec["truth_data"], spec, int(sec.get("truth_prompts") or 48), bool(cfg.data.get("as_chat")))
-    a = policy_agreement(cfg.model.name_or_path, ScoredBy(trainer.model, trainer.processing_class), rows, spec,
+    a = policy_agreement(cfg.model.name_or_path, reward, rows, spec,
                          int(sec.get("truth_samples") or 4), int(sec.get("truth_max_new_tokens") or 48),
                          seed=int(cfg.train.seed or 0))
     console.print(a.line(), highlight=False)

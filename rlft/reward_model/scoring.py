@@ -51,11 +51,12 @@ def score(model, tok, prompts: Sequence[Any], completions: Sequence[Any], batch_
     return out
 
 
-def pair_accuracy(model, tok, rows: Sequence[dict]) -> float:
-    """Share of preference rows where the reward model scores chosen above rejected."""
+def pair_accuracy(reward, rows: Sequence[dict]) -> float:
+    """Share of preference rows where `reward` (a reward function, `(completions, prompts=...) -> scores`: ScoredBy,
+    RewardModelReward, rlft.reward_model.implicit.ImplicitReward) scores chosen above rejected."""
     prompts = [r["prompt"] for r in rows]
-    chosen = score(model, tok, prompts, [r["chosen"] for r in rows])
-    rejected = score(model, tok, prompts, [r["rejected"] for r in rows])
+    chosen = reward([r["chosen"] for r in rows], prompts=prompts)
+    rejected = reward([r["rejected"] for r in rows], prompts=prompts)
     return sum(c > r for c, r in zip(chosen, rejected)) / max(len(rows), 1)
 
 
@@ -68,7 +69,7 @@ def swapped_prompt_rows(rows: Sequence[dict]) -> list[dict]:
     return [{**r, "prompt": rows[(i + n // 2) % n]["prompt"]} for i, r in enumerate(rows)]
 
 
-def prompt_swapped_accuracy(model, tok, rows: Sequence[dict]) -> float | None:
+def prompt_swapped_accuracy(reward, rows: Sequence[dict]) -> float | None:
     """Pair accuracy with each pair's prompt swapped for another's (swapped_prompt_rows).
 
     A reward model that judges a reply by its fit to the prompt falls toward 0.5 on the pairs whose right reply
@@ -76,7 +77,7 @@ def prompt_swapped_accuracy(model, tok, rows: Sequence[dict]) -> float | None:
     wrong prompt tells chosen from rejected by the replies' wording alone, and on the policy's own replies, worded
     otherwise, it has nothing to go on (docs/preferences.md, "Does the reward model read the prompt?")."""
     swapped = swapped_prompt_rows(rows)
-    return pair_accuracy(model, tok, swapped) if swapped else None
+    return pair_accuracy(reward, swapped) if swapped else None
 
 
 def reads_the_prompt_line(own: float, swapped: float, pairs: int) -> str:
@@ -90,37 +91,55 @@ def reads_the_prompt_line(own: float, swapped: float, pairs: int) -> str:
     return line
 
 
-class RewardModelReward:
-    """A reward model as a TRL-style reward function, `(completions, prompts=..., **_) -> list[float]`.
+class ScoredBy:
+    """An in-memory score-head reward model (model, tokenizer) as a reward function `(completions, prompts=...)`."""
 
-    Usable as a GRPO reward (`rlft grpo --reward-model DIR`) and by rlft's PPO. The model is loaded once
-    on first use.
+    def __init__(self, model, tok):
+        self.model, self.tok = model, tok
+
+    def to(self, device) -> "ScoredBy":
+        self.model.to(device)
+        return self
+
+    def __call__(self, completions: list, prompts: list | None = None, **_: Any) -> list[float]:
+        return score(self.model, self.tok, prompts or [], completions)
+
+
+class RewardModelReward:
+    """A reward model folder as a TRL-style reward function, `(completions, prompts=..., **_) -> list[float]`.
+
+    Usable as a GRPO reward (`rlft grpo --reward-model DIR`) and by rlft's PPO. A score-head reward model
+    (`rlft reward`) is scored through `score`; a folder written by `rlft reward` with reward.objective implicit
+    (rlft.reward_model.implicit) by DPO's implicit reward. The model is loaded once on first use.
     """
 
     def __init__(self, path: str):
         self.path = str(path)
         self.__name__ = "reward_model"
-        self._model = None
-        self._tok = None
+        self._scorer = None
 
     def load(self):
-        if self._model is None:
+        """The loaded scorer (a ScoredBy or an ImplicitReward)."""
+        if self._scorer is None:
             from rlft.models import load_for_inference, load_tokenizer, resolve_model_path
+            from rlft.reward_model.implicit import ImplicitReward, is_implicit
 
             path = resolve_model_path(self.path)
-            self._tok = load_tokenizer(path)
             # through rlft's loader: a LoRA reward run (an adapter folder) gets its base with a one-output head
             # (a plain from_pretrained builds two) and the adapter merged in; pad id set when the base has none
             try:
-                self._model = load_for_inference(path, head="score")
+                if is_implicit(path):
+                    self._scorer = ImplicitReward.from_folder(path)
+                else:
+                    self._scorer = ScoredBy(load_for_inference(path, head="score"), load_tokenizer(path))
             except (OSError, ValueError, RuntimeError) as exc:
                 from rlft.loadable import load_problem
 
                 raise load_problem(self.path, exc, "--reward-model") from exc
-        return self._model, self._tok
+        return self._scorer
 
     def __call__(self, completions: list, prompts: list | None = None, **_: Any) -> list[float]:
-        model, tok = self.load()
+        scorer = self.load()
         if prompts is None:
             raise ValueError("a reward model needs the prompts it scores completions for")
-        return score(model, tok, prompts, completions)
+        return scorer(completions, prompts=prompts)

@@ -148,18 +148,6 @@ def check_agreement(a: Agreement, minimum: float, reward_model: str) -> None:
             "--reward-model RM); to run anyway: --set ppo.min_reward_agreement=0")
 
 
-class ScoredBy:
-    """An in-memory reward model (model, tokenizer) as a reward function `(completions, prompts=...) -> scores`."""
-
-    def __init__(self, model, tok):
-        self.model, self.tok = model, tok
-
-    def __call__(self, completions: list, prompts: list | None = None, **_: Any) -> list[float]:
-        from rlft.reward_model.scoring import score
-
-        return score(self.model, self.tok, prompts or [], completions)
-
-
 def truth_rows(path: str, spec: str, limit: int, as_chat: bool) -> list[dict]:
     """The first `limit` rows of a truth file, gold checked for `spec`, wrapped as chat like the training prompts."""
     from rlft.chat.templates import wrap_as_chat

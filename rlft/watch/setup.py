@@ -75,9 +75,15 @@ def prepare_watch(cfg) -> WatchSetup:
             scorer, spec = None, None
         setup.holdout = Holdout([r.data for r in rows], scorer, spec, watch.get("holdout_every"),
                                 int(watch.get("holdout_max_new_tokens") or 32), kind,
-                                reward_model=getattr(cfg, "method", None) == "reward")
+                                reward_model=score_head(cfg))
         setup.holdout_path = str(watch["holdout"])
     return setup
+
+
+def score_head(cfg) -> bool:
+    """Whether the run trains a score-head reward model (its held-out check scores pairs with the head); an
+    implicit one (reward.objective implicit) is a language model, checked as DPO's runs are."""
+    return getattr(cfg, "method", None) == "reward" and (cfg.values.get("reward") or {}).get("objective") != "implicit"
 
 
 def check_heldout_rows(cfg, held: list[dict], train_rows: list, what: str, console) -> None:
@@ -165,12 +171,12 @@ def auto_holdout(cfg, kind: str, train_rows: list, eval_rows: list, setup: Watch
             console.print(f"[yellow]note[/]: no held-out check: the rows carry no gold for {spec} "
                           f"({', '.join(sorted(gold))})", highlight=False)
             return train_rows if source == "eval" else train_rows + held
-    metric = "pair_accuracy" if cfg.method == "reward" else metric_for(kind, rows)
+    metric = "pair_accuracy" if score_head(cfg) else metric_for(kind, rows)
     section = cfg.values.get(cfg.method) or {}
     if section.get("tools") or section.get("env"):  # common.start_run hands the check the run's tools
         metric = "task_success (greedy episodes with the tools)"
     setup.holdout = Holdout(rows, scorer, spec, watch.get("holdout_every"),
-                            int(watch.get("holdout_max_new_tokens") or 32), kind, source, cfg.method == "reward")
+                            int(watch.get("holdout_max_new_tokens") or 32), kind, source, score_head(cfg))
     where = ("the eval rows" if source == "eval" else
              f"a seeded {len(rows) / (len(rows) + len(train_rows)):.0%} of the training rows, not trained on")
     console.print(f"held-out check: {metric} on {len(rows)} rows ({where}); turn off with --set "
