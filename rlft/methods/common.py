@@ -144,6 +144,26 @@ def build_trl_config(cfg: RunConfig, config_cls, out: Path, has_eval: bool, **ov
                         "fix the train/method settings named above") from exc
 
 
+def dpo_trainer(cfg: RunConfig, out: Path, prepared: Prepared, max_length: int, columns: tuple,
+                **overrides):
+    """TRL's DPOTrainer on the run's model with its reference (rlft.methods.dpo's docstring says how the reference is
+    built), shared by rlft dpo and rlft reward's implicit objective; `overrides` go to DPOConfig."""
+    from trl import DPOConfig, DPOTrainer
+
+    from rlft import models
+    from rlft.data.table import to_dataset
+
+    model = models.load_model(cfg.model)
+    ref = None if cfg.model.lora.enabled else models.load_model(cfg.model, trainable=False, with_lora=False)
+    args = build_trl_config(cfg, DPOConfig, out, bool(prepared.eval_rows),
+                            max_length=clamp_max_length(max_length, model), **overrides)
+    trainer = DPOTrainer(model=model, ref_model=ref, args=args, processing_class=prepared.tok,
+                         train_dataset=to_dataset(prepared.train_rows, columns),
+                         eval_dataset=to_dataset(prepared.eval_rows, columns) if prepared.eval_rows else None)
+    models.drop_fresh_ref_adapter(trainer.model)  # a fresh adapter's reference is its base: no "ref" copy
+    return trainer
+
+
 def clamp_max_length(cfg_value: int, model) -> int:
     """The configured max_length, capped at what the model's position embeddings allow."""
     limit = getattr(model.config, "max_position_embeddings", None)

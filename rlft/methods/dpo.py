@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlft.config import RunConfig
-from rlft.methods.common import Prepared, build_trl_config, clamp_max_length, load_run_tokenizer
+from rlft.methods.common import Prepared, dpo_trainer, load_run_tokenizer
 
 KIND = "pairs"
 COLUMNS = ("prompt", "chosen", "rejected")
@@ -24,20 +24,7 @@ def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
 
 
 def build(cfg: RunConfig, out: Path, prepared: Prepared):
-    from trl import DPOConfig, DPOTrainer
-
-    from rlft import models
-    from rlft.data.table import to_dataset
-
-    model = models.load_model(cfg.model)
-    ref = None if cfg.model.lora.enabled else models.load_model(cfg.model, trainable=False, with_lora=False)
-    args = build_trl_config(cfg, DPOConfig, out, bool(prepared.eval_rows),
-                            max_length=clamp_max_length(cfg.dpo.max_length, model))
-    trainer = DPOTrainer(model=model, ref_model=ref, args=args, processing_class=prepared.tok,
-                         train_dataset=to_dataset(prepared.train_rows, COLUMNS),
-                         eval_dataset=to_dataset(prepared.eval_rows, COLUMNS) if prepared.eval_rows else None)
-    models.drop_fresh_ref_adapter(trainer.model)  # a fresh adapter's reference is its base: no "ref" copy
-    return trainer
+    return dpo_trainer(cfg, out, prepared, cfg.dpo.max_length, COLUMNS)
 
 
 def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:

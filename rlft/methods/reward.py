@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlft.config import RunConfig
-from rlft.methods.common import Prepared, build_trl_config, clamp_max_length, load_run_tokenizer
+from rlft.methods.common import Prepared, build_trl_config, clamp_max_length, dpo_trainer, load_run_tokenizer
 
 KIND = "pairs"
 COLUMNS = ("prompt", "chosen", "rejected")
@@ -61,22 +61,10 @@ def build(cfg: RunConfig, out: Path, prepared: Prepared):
 
 
 def build_implicit(cfg: RunConfig, out: Path, prepared: Prepared):
-    """TRL's DPOTrainer, sigmoid loss at reward.beta, the start model as reference (as rlft.methods.dpo builds
-    it: under LoRA the policy with its adapter disabled)."""
-    from trl import DPOConfig, DPOTrainer
-
-    from rlft import models
-    from rlft.data.table import to_dataset
-
-    model = models.load_model(cfg.model)
-    ref = None if cfg.model.lora.enabled else models.load_model(cfg.model, trainable=False, with_lora=False)
-    args = build_trl_config(cfg, DPOConfig, out, bool(prepared.eval_rows), beta=float(cfg.reward.beta),
-                            loss_type=["sigmoid"], max_length=clamp_max_length(cfg.reward.max_length, model))
-    trainer = DPOTrainer(model=model, ref_model=ref, args=args, processing_class=prepared.tok,
-                         train_dataset=to_dataset(prepared.train_rows, COLUMNS),
-                         eval_dataset=to_dataset(prepared.eval_rows, COLUMNS) if prepared.eval_rows else None)
-    models.drop_fresh_ref_adapter(trainer.model)
-    return trainer
+    """rlft dpo's trainer (sigmoid loss at reward.beta, the start model as reference: under LoRA the policy with
+    its adapter disabled)."""
+    return dpo_trainer(cfg, out, prepared, cfg.reward.max_length, COLUMNS, beta=float(cfg.reward.beta),
+                       loss_type=["sigmoid"])
 
 
 def scorer_of(cfg: RunConfig, trainer):

@@ -51,8 +51,6 @@ def prompt_and_reply_ids(tok, prompt: Any, completion: Any) -> tuple[list[int], 
         head = list(tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
                                             return_dict=True)["input_ids"])
         full = list(tok.apply_chat_template(prompt + answer, tokenize=True, return_dict=True)["input_ids"])
-        if full[:len(head)] != head:  # a template that renders the prompt differently once a reply follows
-            return head, full[len(head):] if len(full) > len(head) else [tok.eos_token_id]
         return head, full[len(head):]
     text = completion if isinstance(completion, str) else completion[0]["content"]
     return list(tok(prompt)["input_ids"]), list(tok(text, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id]
@@ -60,26 +58,24 @@ def prompt_and_reply_ids(tok, prompt: Any, completion: Any) -> tuple[list[int], 
 
 def sequence_logps(model, rows: Sequence[tuple[list[int], list[int]]], pad: int,
                    batch_size: int = BATCH) -> list[float]:
-    """Summed log-prob of each reply after its prompt under `model` (rows right-padded, one forward a batch)."""
+    """Summed log-prob of each reply after its prompt under `model`, teacher-forced (rows right-padded, one
+    forward a batch); rows are (prompt ids, reply ids). Also what rlft.watch.heldout.completion_logprobs runs."""
     import torch
 
     device = next(model.parameters()).device
     out: list[float] = []
     for start in range(0, len(rows), batch_size):
         part = rows[start:start + batch_size]
-        seqs = [p + c for p, c in part]
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        target = torch.zeros((len(seqs), width), dtype=torch.bool)  # positions whose token is a reply token
-        for i, ((p, _), s) in enumerate(zip(part, seqs)):
-            ids[i, :len(s)] = torch.tensor(s)
-            mask[i, :len(s)] = 1
-            target[i, len(p):len(s)] = True
+        width = max(len(p) + len(c) for p, c in part)
+        ids = torch.full((len(part), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(part), width), dtype=torch.long)
+        for i, (p, c) in enumerate(part):
+            ids[i, :len(p) + len(c)] = torch.tensor(p + c)
+            mask[i, :len(p) + len(c)] = 1
         with torch.no_grad():
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-        logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1)
-        out += (logp * target[:, 1:].to(device)).sum(-1).tolist()
+        logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].to(device).unsqueeze(-1))[..., 0]
+        out += [float(logp[i, len(p) - 1:len(p) + len(c) - 1].sum()) for i, (p, c) in enumerate(part)]
     return out
 
 

@@ -134,37 +134,21 @@ def gold_rows(kind: str, rows: list[dict]) -> list[dict]:
 
 def completion_logprobs(model, tok, pairs: list[tuple[Any, Any]], batch_size: int = 32) -> list[tuple[float, int]]:
     """(sum of log-probs, tokens) of each completion given its prompt, under `model` (teacher-forced)."""
-    import torch
 
     from rlft.evaluate import render_prompt
+    from rlft.reward_model.implicit import sequence_logps
 
-    device = next(model.parameters()).device
+    seqs = [(tok(render_prompt(tok, prompt), add_special_tokens=False)["input_ids"],
+             tok(_text(completion), add_special_tokens=False)["input_ids"] or [tok.eos_token_id])
+            for prompt, completion in pairs]
     was_training = model.training
     model.eval()
-    out: list[tuple[float, int]] = []
     try:
-        for start in range(0, len(pairs), batch_size):
-            seqs = []
-            for prompt, completion in pairs[start:start + batch_size]:
-                p = tok(render_prompt(tok, prompt), add_special_tokens=False)["input_ids"]
-                c = tok(_text(completion), add_special_tokens=False)["input_ids"] or [tok.eos_token_id]
-                seqs.append((p, c))
-            width = max(len(p) + len(c) for p, c in seqs)
-            pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-            ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(seqs), width), dtype=torch.long)
-            for i, (p, c) in enumerate(seqs):
-                ids[i, :len(p) + len(c)] = torch.tensor(p + c)
-                mask[i, :len(p) + len(c)] = 1
-            with torch.no_grad():
-                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-            logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].to(device).unsqueeze(-1))[..., 0]
-            for i, (p, c) in enumerate(seqs):
-                out.append((float(logp[i, len(p) - 1:len(p) + len(c) - 1].sum()), len(c)))
+        sums = sequence_logps(model, seqs, tok.pad_token_id if tok.pad_token_id is not None else 0, batch_size)
     finally:
         if was_training:
             model.train()
-    return out
+    return [(s, len(c)) for s, (_, c) in zip(sums, seqs)]
 
 
 def _share(metric: str, wins: list[bool], extra: dict | None = None) -> Measure:
