@@ -129,6 +129,39 @@ def test_choice_scores_over_a_shared_prompt_equal_each_pair_scored_whole(job):
     assert len(set(round(x, 3) for x in whole)) > 3  # the values do score differently
 
 
+def test_choice_scores_over_a_common_head_equal_each_pair_scored_whole(job):
+    """Prompts that share a long head (DSPy's system message) run it once and only their tails on its cache: the
+    same summed log-probs as every (prompt, value) pair scored whole, with tails of unequal length and one prompt
+    that is the head plus a single token."""
+    import torch
+
+    from rlft.dspy import scoring
+    from rlft.dspy.scoring import choice_logps, completion_logps
+
+    tok = job.tok
+    head = tok("Your input fields are: ticket. Your output fields are: label, one of billing, bug, account, "
+               "shipping. Answer with the label only, exactly as written, and nothing else at all. " * 2)["input_ids"]
+    assert len(head) >= scoring.MIN_COMMON
+    tails = [tok(t)["input_ids"] for t in ("ticket: charged twice for my order", "ticket: app crashes", "?")]
+    prompts = [head + t for t in tails] + [head + tails[1][:1]]
+    assert len(head) <= scoring._common_prefix(prompts) < min(map(len, prompts))
+    values = [[tok(v)["input_ids"] for v in ("billing", "a shipping issue", "bug")]] * 4
+    calls = []
+    with torch.no_grad():
+        hook = job.model.register_forward_pre_hook(lambda m, a, kw: calls.append(kw["input_ids"].shape),
+                                                    with_kwargs=True)
+        try:
+            shared = choice_logps(job.model, prompts, values, tok.pad_token_id)
+        finally:
+            hook.remove()
+        pairs = [(p, v) for p, vs in zip(prompts, values) for v in vs]
+        logps, mask = completion_logps(job.model, [p for p, _ in pairs], [v for _, v in pairs], tok.pad_token_id)
+    whole = (logps * mask).sum(-1).tolist()
+    assert calls[0][0] == 1 and calls[0][1] >= scoring.MIN_COMMON  # the head ran once, on one row
+    assert [x for r in shared for x in r] == pytest.approx(whole, abs=1e-4)
+    assert len(set(round(x, 3) for x in whole)) > 3
+
+
 def test_engine_answers_a_predict_and_batches_threads(tiny_dir):
     import rlft.dspy
     from rlft.dspy.config import shared_engine

@@ -23,7 +23,10 @@ def choice_logps(model, prompt_ids: list[list[int]], values: list[list[list[int]
     returns one list of floats a row. completion_logps's prompt-once forward over every (prompt, value) pair (a
     ticket's 300-token prompt and five 2-token labels: one prompt forward instead of five), with positions that
     count a row's real tokens only, as generate() sets them for left-padded prompts (the answer the model would
-    give), where a GRPO batch keeps TRL's default positions."""
+    give), where a GRPO batch keeps TRL's default positions. The prompts' common head (DSPy's system message and
+    instructions: most of a Predict's prompt, the same for every example) also runs once: its cache is repeated
+    for every prompt and only the tails run on it (left-padded after the head; counted positions skip the gap),
+    so an Evaluate over many examples costs about its tails."""
     prompts = [p for p, vs in zip(prompt_ids, values) for _ in vs]
     flat = [v for vs in values for v in vs]
     logps, mask = _logps(model, prompts, flat, pad_id, count_positions=True)
@@ -83,7 +86,6 @@ def _shares_prompts(model) -> bool:
 def _shared_logps(model, prompt_ids: list[list[int]], cont, cmask, pad_id: int, count_positions: bool):
     """_logps's prompt-once path; None when the model's cache is not per-layer keys and values."""
     import torch
-    from transformers import DynamicCache
 
     device = cont.device
     plen = max(len(p) for p in prompt_ids)
@@ -95,12 +97,31 @@ def _shared_logps(model, prompt_ids: list[list[int]], cont, cmask, pad_id: int, 
     for i, p in enumerate(distinct):
         ids[i, plen - len(p):] = torch.tensor(p)
         att[i, plen - len(p):] = 1
-    first_pos = {"position_ids": _counted(att)} if count_positions else {}
-    out = model(input_ids=ids, attention_mask=att, use_cache=True, logits_to_keep=_last_position(model, plen),
-                **first_pos)
-    cache = out.cache if getattr(out, "cache", None) is not None else getattr(out, "past_key_values", None)
-    if type(cache) is not DynamicCache or not all(type(x).__name__ in _PLAIN_LAYERS
-                                                   for x in getattr(cache, "layers", [None])):
+    common = _common_prefix(distinct) if count_positions else 0
+    if common:  # the prompts' common head (DSPy's system message) once, its cache repeated for every prompt
+        out = model(input_ids=torch.tensor([distinct[0][:common]], device=device), use_cache=True,
+                    logits_to_keep=_last_position(model, common))
+        cache = _cache_of(out)
+        if not _plain(cache):
+            return None
+        cache.reorder_cache(torch.zeros(len(distinct), dtype=torch.long, device=device))
+        tails = [p[common:] for p in distinct]
+        width = max(map(len, tails))
+        ids = torch.full((len(distinct), width), pad_id, dtype=torch.long, device=device)
+        tail_att = torch.zeros((len(distinct), width), dtype=torch.long, device=device)
+        for i, t in enumerate(tails):
+            ids[i, width - len(t):] = torch.tensor(t)
+            tail_att[i, width - len(t):] = 1
+        att = torch.cat([torch.ones((len(distinct), common), dtype=torch.long, device=device), tail_att], dim=-1)
+        out = model(input_ids=ids, attention_mask=att, use_cache=True, position_ids=_counted(att)[:, common:],
+                    logits_to_keep=_last_position(model, width), **{_cache_keyword(model): cache})
+        cache = _cache_of(out)
+    else:
+        first_pos = {"position_ids": _counted(att)} if count_positions else {}
+        out = model(input_ids=ids, attention_mask=att, use_cache=True, logits_to_keep=_last_position(model, plen),
+                    **first_pos)
+        cache = _cache_of(out)
+    if not _plain(cache):
         return None
     first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[owner].gather(-1, cont[:, :1])
     cache.reorder_cache(owner)
@@ -116,6 +137,34 @@ def _shared_logps(model, prompt_ids: list[list[int]], cont, cmask, pad_id: int, 
 
 # transformers' cache layers that keep keys and values per row (reorder_cache copies them row-wise)
 _PLAIN_LAYERS = frozenset({"DynamicLayer", "DynamicSlidingWindowLayer"})
+# a common head shorter than this is run with each prompt (a second forward costs more than it saves)
+MIN_COMMON = 32
+
+
+def _cache_of(out):
+    return out.cache if getattr(out, "cache", None) is not None else getattr(out, "past_key_values", None)
+
+
+def _plain(cache) -> bool:
+    from transformers import DynamicCache
+
+    return type(cache) is DynamicCache and all(type(x).__name__ in _PLAIN_LAYERS
+                                               for x in getattr(cache, "layers", [None]))
+
+
+def _common_prefix(prompts: list[list[int]]) -> int:
+    """How many leading tokens every prompt shares, leaving each at least one of its own (its last position's
+    logits come from the second pass); 0 for one prompt or a head under MIN_COMMON tokens."""
+    if len(prompts) < 2:
+        return 0
+    n = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for p in prompts[1:]:
+        k = 0
+        while k < n and p[k] == first[k]:
+            k += 1
+        n = k
+    return n if n >= MIN_COMMON else 0
 
 
 def _last_position(model, width: int):
