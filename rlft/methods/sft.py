@@ -55,6 +55,7 @@ def _has_tool_turns(row: dict) -> bool:
 def build(cfg: RunConfig, out: Path, prepared: Prepared):
     from trl import SFTConfig, SFTTrainer
 
+    from rlft import speed
     from rlft.chat.templates import ASSISTANT_ONLY, LAST_TURN, last_turn_rows, sft_chat_loss
     from rlft.data.table import to_dataset
     from rlft.models import load_model
@@ -71,7 +72,7 @@ def build(cfg: RunConfig, out: Path, prepared: Prepared):
             train_rows, eval_rows = last_turn_rows(train_rows), last_turn_rows(eval_rows)
             columns = ("prompt", "completion")
     args = build_trl_config(cfg, SFTConfig, out, bool(eval_rows), **overrides)
-    trainer = SFTTrainer(model=model, args=args, processing_class=tok,
+    trainer = speed.trainer_class(SFTTrainer)(model=model, args=args, processing_class=tok,
                          train_dataset=to_dataset(train_rows, columns),
                          eval_dataset=to_dataset(eval_rows, columns) if eval_rows else None)
     if len(trainer.train_dataset) == 0:

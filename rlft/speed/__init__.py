@@ -1,10 +1,11 @@
 """The speed layer: what makes TRL's methods fast on a CPU. The methods themselves are TRL's (rlft/methods/);
 this package only changes how the same numbers are computed, and stands aside wherever it does not apply.
 
-Three entry points, each called from one place, are the whole seam with the rest of rlft:
+Three entry points are the whole seam with the rest of rlft:
   prepare_model(model, dtype, ...)  rlft.models.load_model, on every model rlft loads (with its pre-load half,
                                     `load_options(dtype)`, for `from_pretrained`'s keyword arguments)
-  trainer_class(trainer_cls)        rlft.methods.group_rl.build: GRPO's and RLOO's trainer with prompt sharing
+  trainer_class(trainer_cls)        rlft.methods.group_rl.build: GRPO's and RLOO's trainer with prompt sharing;
+                                    rlft.methods.sft.build: SFT's, with the rows' common head once
   attach(policy, console, ...)      fast sampling for a policy that samples while it trains (group_rl.prepare,
                                     methods.common.train for GRPO/RLOO/distillation, methods.ppo), and with
                                     `trl_patches=True` the process-wide TRL patches of trl_patches.py
@@ -27,8 +28,9 @@ What each module changes, against what TRL / transformers would do, and where it
   Aside: layouts other than Llama / Qwen2 / Mistral, hooks, subclasses, training mode.
 - packed_linear: fp32 weights packed once for MKL for the batch's row count, where MKL re-packs on every skinny
   product. Aside: other dtypes, no MKL packed gemm, more than MAX_THREADS threads.
-- prompt_sharing: each prompt's forward once for its G completions, where TRL runs it G times. Aside: GPUs,
-  images, gradient checkpointing, hybrid caches, batches without a shared prompt.
+- prompt_sharing: each prompt's forward once for its G completions, where TRL runs it G times; in SFT, the rows'
+  common head (a long shared system message) once. Aside: GPUs, images, gradient checkpointing, hybrid caches,
+  batches without a shared prompt or head.
 - trl_patches: on the CPU, TRL's fused LM head projects the labelled positions only, in narrower tiles with
   leaner folds, and glibc keeps freed memory. Aside: GPUs (Triton), TRL versions without these settings.
 - switch: `train.speedups=false` turns every entry point above into TRL's / transformers' own path (and
@@ -72,11 +74,17 @@ def prepare_model(model, dtype, *, four_bit: bool, lora_trainable: bool) -> None
 def trainer_class(trainer_cls):
     """GRPO's or RLOO's trainer class with prompt sharing (rlft.speed.prompt_sharing): a subclass overriding
     `_get_per_token_logps_and_entropies`, which computes each prompt once where it applies and calls TRL's
-    method otherwise. Where it sits in the trainer's MRO: rlft.methods.group_rl.trainer_class."""
+    method otherwise. Where it sits in the trainer's MRO: rlft.methods.group_rl.trainer_class. For TRL's
+    SFTTrainer (rlft.methods.sft.build), a subclass whose loss runs the rows' common head (a shared system
+    message) once."""
     if not enabled():
         return trainer_cls
-    from rlft.speed.prompt_sharing import with_prompt_sharing
+    from trl import SFTTrainer
 
+    from rlft.speed.prompt_sharing import with_head_sharing, with_prompt_sharing
+
+    if issubclass(trainer_cls, SFTTrainer):
+        return with_head_sharing(trainer_cls)
     return with_prompt_sharing(trainer_cls)
 
 

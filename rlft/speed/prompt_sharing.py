@@ -33,6 +33,14 @@ lanes pay only where the padding is a large share (no gain at 48 new tokens with
 clear one at 128 and 256: BENCHMARKS.md, "Two days in: what is left of a step with every row", Lanes).
 Only for sdpa attention without sliding windows (the mask is written for it), in the model families of
 LANE_MODEL_TYPES (rotary positions from position_ids); others keep the row layout.
+
+SFT: the rows' common head. A fine-tune whose rows open with one long system message (DSPy's BootstrapFinetune:
+its ~200-token instructions ahead of each ~20-token example and answer) runs that head through the model once a
+row in TRL's SFTTrainer. `with_head_sharing` runs it once a batch, on one row, repeats its KV cache for the rows
+and runs each row's rest on it with the row's labels through TRL's fused LM head (`_HeadOnce`), so the loss and
+its gradients are the full pass's up to float rounding (tests/speed/test_prompt_sharing.py). It stands aside
+where `shared_head` finds no head of MIN_HEAD tokens before the first scored label, and for everything
+`applies` refuses.
 """
 
 from __future__ import annotations
@@ -230,3 +238,80 @@ def with_prompt_sharing(trainer_cls):
 
     SharedPromptTrainer.__name__ = SharedPromptTrainer.__qualname__ = f"SharedPrompt{trainer_cls.__name__}"
     return SharedPromptTrainer
+
+
+# --- SFT: the rows' common head once ------------------------------------------------------------------------------
+# a head shorter than this runs with each row (a second forward costs more than it saves)
+MIN_HEAD = 32
+# what TRL's SFT collator hands the model (padding-free batches carry position_ids and sequence boundaries instead)
+_SFT_KEYS = frozenset({"input_ids", "attention_mask", "labels", "use_cache", "fused_lm_head"})
+
+
+def shared_head(model, inputs: dict) -> int:
+    """How many leading tokens every row of an SFT batch shares (a long system message: DSPy's fine-tunes, where
+    it is most of each row), or 0 where the head-once pass does not apply or does not pay: not a plain CPU text
+    batch (right-padded input_ids, attention_mask, labels), gradient checkpointing, a hybrid cache, or a head under
+    MIN_HEAD tokens. The head stops before the first scored label's column, so every scored position's logits
+    come from the second pass."""
+    ids, att, labels = inputs.get("input_ids"), inputs.get("attention_mask"), inputs.get("labels")
+    if ids is None or att is None or labels is None or set(inputs) - _SFT_KEYS:
+        return 0
+    if ids.device.type != "cpu" or ids.dim() != 2 or ids.size(0) < 2 or labels.shape != ids.shape:
+        return 0
+    if not applies(model, ids, 0):
+        return 0
+    same = ((ids == ids[:1]) & (att == 1)).all(0)
+    head = int(same.long().cumprod(0).sum())
+    scored = (labels != -100).any(0).nonzero()
+    if len(scored):
+        head = min(head, int(scored[0]) - 1)  # the label at column `head` is not scored: no logits precede it
+    return head if head >= MIN_HEAD else 0
+
+
+class _HeadOnce:
+    """The model as TRL's SFT compute_loss calls it (`model(**inputs, fused_lm_head=True)`), with the batch's
+    common head run once on one row: its KV cache is repeated for every row (an index, so each row's gradient
+    flows back into the one head pass) and the rest of each row runs on it at the positions it has in the full
+    row. Labels before the head's end are unscored (shared_head), so the loss, the log-probs and their gradients
+    are the full pass's up to float rounding. Any other call goes to the model as it is."""
+
+    def __init__(self, model, head: int):
+        self.model, self.head = model, head
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def __call__(self, **kw):
+        import torch
+        from transformers import DynamicCache
+
+        from rlft.speed.decode import cache_key, last_positions, plain_layers
+
+        if not kw.get("fused_lm_head") or set(kw) - _SFT_KEYS or kw.get("labels") is None:
+            return self.model(**kw)
+        inner = _inner(self.model)
+        cache = DynamicCache(config=inner.config)
+        if not plain_layers(cache):
+            return self.model(**kw)
+        key, head, ids, att = cache_key(inner), self.head, kw["input_ids"], kw["attention_mask"]
+        self.model(input_ids=ids[:1, :head], attention_mask=att[:1, :head], **{key: cache}, use_cache=True,
+                   logits_to_keep=last_positions(inner, ids[:1, :head]))
+        cache.batch_select_indices(torch.zeros(ids.size(0), dtype=torch.long, device=ids.device))
+        return self.model(input_ids=ids[:, head:], attention_mask=att, labels=kw["labels"][:, head:],
+                          fused_lm_head=True, use_cache=True, **{key: cache})
+
+
+def with_head_sharing(trainer_cls):
+    """A subclass of TRL's SFTTrainer whose loss runs the batch's common head once where shared_head finds one
+    (TRL's compute_loss otherwise, and always for its metrics: it sees the same outputs)."""
+
+    class SharedHeadTrainer(trainer_cls):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            head = shared_head(model, inputs) if self.model.training else 0
+            if head:
+                model = _HeadOnce(model, head)
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+
+    SharedHeadTrainer.__name__ = SharedHeadTrainer.__qualname__ = f"SharedHead{trainer_cls.__name__}"
+    return SharedHeadTrainer

@@ -216,3 +216,68 @@ def test_opt_takes_positions_from_the_mask_and_keeps_the_row_layout(monkeypatch)
         got = sharing.per_token_logps(model, ids, mask, keep)[0]
     scored = mask[:, -keep:].bool()
     assert torch.allclose(got[scored], want[scored], atol=1e-5, rtol=1e-4)
+
+
+def _sft_trainer(tiny_dir, tmp_path, rows):
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from rlft.speed.prompt_sharing import with_head_sharing
+
+    model = _policy(tiny_dir)
+    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=len(rows), use_cpu=True, report_to=[],
+                     bf16=False, max_length=512)
+    return with_head_sharing(SFTTrainer)(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                                         processing_class=AutoTokenizer.from_pretrained(tiny_dir))
+
+
+def test_sft_with_a_common_head_once_matches_trls_loss_and_gradients(tiny_dir, tmp_path, monkeypatch):
+    """Rows that open with one long system message (a DSPy fine-tune's): the loss with the head run once equals
+    TRL's compute_loss on the same batch, and so do the adapter's gradients; TRL's metrics are logged as well."""
+    from trl import SFTTrainer
+
+    import rlft.speed.prompt_sharing as sharing
+
+    head = "Your input fields are: ticket. Your output field is: label, one of billing, bug, account. " * 3
+    rows = [{"prompt": head + f"ticket {t}", "completion": f" label {c}"}
+            for t, c in [("charged twice", "billing"), ("app crashes when I open it", "bug"), ("login", "account")]]
+    trainer = _sft_trainer(tiny_dir, tmp_path, rows)
+    batch = next(iter(trainer.get_train_dataloader()))
+    model = trainer.model
+    model.train()
+    assert sharing.shared_head(model, dict(batch)) >= sharing.MIN_HEAD
+    calls = []
+    real = sharing._HeadOnce.__call__
+    monkeypatch.setattr(sharing._HeadOnce, "__call__", lambda self, **kw: calls.append(1) or real(self, **kw))
+
+    def run(fn):
+        model.zero_grad()
+        loss = fn(trainer, model, dict(batch))
+        loss.backward()
+        return float(loss), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    want = run(SFTTrainer.compute_loss)
+    assert not calls
+    got = run(type(trainer).compute_loss)
+    assert calls  # the loss went through the head-once pass
+    assert got[0] == pytest.approx(want[0], rel=1e-5) and want[0] > 0
+    assert got[1].keys() == want[1].keys() and any("lora_A" in n for n in want[1])
+    for name, grad in want[1].items():
+        assert torch.allclose(got[1][name], grad, atol=1e-6, rtol=1e-3), name
+    assert trainer._metrics["train"]["mean_token_accuracy"]  # TRL's metrics still read the outputs
+
+
+def test_sft_without_a_long_common_head_is_trls_path(tiny_dir, tmp_path):
+    """Rows sharing under MIN_HEAD tokens, or a head that reaches a scored label, take TRL's own pass."""
+    import rlft.speed.prompt_sharing as sharing
+
+    rows = [{"prompt": f"ticket {t}", "completion": " label"} for t in ("one", "two words")]
+    trainer = _sft_trainer(tiny_dir, tmp_path, rows)
+    assert sharing.shared_head(trainer.model, dict(next(iter(trainer.get_train_dataloader())))) == 0
+    same = "the same long prompt for every row, and then some more words to pass the minimum head length " * 2
+    rows = [{"prompt": same, "completion": f" label {c}"} for c in ("billing", "bug")]
+    trainer = _sft_trainer(tiny_dir, tmp_path, rows)
+    batch = dict(next(iter(trainer.get_train_dataloader())))
+    first_scored = int((batch["labels"] != -100).any(0).nonzero()[0])
+    assert sharing.shared_head(trainer.model, batch) == first_scored - 1
