@@ -9,7 +9,7 @@ and rollouts. `--task` picks another program (`sentiment`: a typed Literal outpu
 the second check that the defaults are not tuned to triage; `arith`: data/arith's two-digit sums as a typed
 `int` field, exact match).
 
-    python -m scripts.dspy_demo [--model smollm2] [--train 120] [--eval 100] [--grpo-steps 12] [--out runs/dspy]
+    python -m scripts.dspy_demo [--model smollm2] [--train 120] [--eval 100] [--grpo-steps 100] [--out runs/dspy]
 """
 
 from __future__ import annotations
@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--train", type=int, default=120, help="training examples")
     parser.add_argument("--eval", type=int, default=100, help="held-out examples")
-    parser.add_argument("--grpo-steps", type=int, default=12)
-    parser.add_argument("--grpo-examples", type=int, default=4, help="examples per GRPO step (B)")
+    parser.add_argument("--grpo-steps", type=int, default=100, help="GRPO steps (S; DSPy's default 100)")
+    parser.add_argument("--grpo-examples", type=int, default=1, help="examples per GRPO step (B; DSPy's default 1)")
     parser.add_argument("--grpo-rollouts", type=int, default=8, help="rollouts per example (G)")
     parser.add_argument("--stages", default="base,bootstrap,grpo")
     parser.add_argument("--out", default="runs/dspy")
