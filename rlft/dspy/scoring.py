@@ -58,16 +58,25 @@ def _logps(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], 
         shared = _shared_logps(model, prompt_ids, cont, cmask, pad_id, count_positions)
         if shared is not None:
             return shared, cmask.to(shared.dtype)
-    ids = torch.full((rows, plen), pad_id, dtype=torch.long, device=device)
-    att = torch.zeros((rows, plen), dtype=torch.long, device=device)
-    for i, p in enumerate(prompt_ids):
-        ids[i, plen - len(p):] = torch.tensor(p)
-        att[i, plen - len(p):] = 1
+    ids, att = _left_padded(prompt_ids, pad_id, device)
     ids, att = torch.cat([ids, cont], dim=1), torch.cat([att, cmask], dim=1)
     extra = {"position_ids": _counted(att)} if count_positions else {}
     logits = model(input_ids=ids, attention_mask=att, **extra).logits[:, plen - 1:-1].float()
     logps = torch.log_softmax(logits, dim=-1).gather(-1, cont.unsqueeze(-1)).squeeze(-1)
     return logps, cmask.to(logps.dtype)
+
+
+def _left_padded(rows, pad_id: int, device):
+    """(ids, attention mask) of token rows left-padded to the longest."""
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=device)
+    att = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = torch.tensor(r)
+        att[i, width - len(r):] = 1
+    return ids, att
 
 
 def _counted(att):
@@ -88,15 +97,9 @@ def _shared_logps(model, prompt_ids: list[list[int]], cont, cmask, pad_id: int, 
     import torch
 
     device = cont.device
-    plen = max(len(p) for p in prompt_ids)
     keys = [tuple(p) for p in prompt_ids]
     distinct = list(dict.fromkeys(keys))
     owner = torch.tensor([distinct.index(k) for k in keys], dtype=torch.long, device=device)
-    ids = torch.full((len(distinct), plen), pad_id, dtype=torch.long, device=device)
-    att = torch.zeros((len(distinct), plen), dtype=torch.long, device=device)
-    for i, p in enumerate(distinct):
-        ids[i, plen - len(p):] = torch.tensor(p)
-        att[i, plen - len(p):] = 1
     common = _common_prefix(distinct) if count_positions else 0
     if common:  # the prompts' common head (DSPy's system message) once, its cache repeated for every prompt
         out = model(input_ids=torch.tensor([distinct[0][:common]], device=device), use_cache=True,
@@ -105,22 +108,16 @@ def _shared_logps(model, prompt_ids: list[list[int]], cont, cmask, pad_id: int, 
         if not _plain(cache):
             return None
         cache.reorder_cache(torch.zeros(len(distinct), dtype=torch.long, device=device))
-        tails = [p[common:] for p in distinct]
-        width = max(map(len, tails))
-        ids = torch.full((len(distinct), width), pad_id, dtype=torch.long, device=device)
-        tail_att = torch.zeros((len(distinct), width), dtype=torch.long, device=device)
-        for i, t in enumerate(tails):
-            ids[i, width - len(t):] = torch.tensor(t)
-            tail_att[i, width - len(t):] = 1
+        ids, tail_att = _left_padded([p[common:] for p in distinct], pad_id, device)
         att = torch.cat([torch.ones((len(distinct), common), dtype=torch.long, device=device), tail_att], dim=-1)
         out = model(input_ids=ids, attention_mask=att, use_cache=True, position_ids=_counted(att)[:, common:],
-                    logits_to_keep=_last_position(model, width), **{_cache_keyword(model): cache})
-        cache = _cache_of(out)
+                    logits_to_keep=_last_position(model, ids.size(1)), **{_cache_keyword(model): cache})
     else:
+        ids, att = _left_padded(distinct, pad_id, device)
         first_pos = {"position_ids": _counted(att)} if count_positions else {}
-        out = model(input_ids=ids, attention_mask=att, use_cache=True, logits_to_keep=_last_position(model, plen),
-                    **first_pos)
-        cache = _cache_of(out)
+        out = model(input_ids=ids, attention_mask=att, use_cache=True,
+                    logits_to_keep=_last_position(model, ids.size(1)), **first_pos)
+    cache = _cache_of(out)
     if not _plain(cache):
         return None
     first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[owner].gather(-1, cont[:, :1])

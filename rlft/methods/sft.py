@@ -73,8 +73,8 @@ def build(cfg: RunConfig, out: Path, prepared: Prepared):
             columns = ("prompt", "completion")
     args = build_trl_config(cfg, SFTConfig, out, bool(eval_rows), **overrides)
     trainer = speed.trainer_class(SFTTrainer)(model=model, args=args, processing_class=tok,
-                         train_dataset=to_dataset(train_rows, columns),
-                         eval_dataset=to_dataset(eval_rows, columns) if eval_rows else None)
+                                              train_dataset=to_dataset(train_rows, columns),
+                                              eval_dataset=to_dataset(eval_rows, columns) if eval_rows else None)
     if len(trainer.train_dataset) == 0:
         raise UserError(f"all {len(train_rows)} training rows were dropped: after truncation to "
                         f"sft.max_length={args.max_length} tokens no completion token is left to learn",
