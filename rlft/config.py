@@ -339,6 +339,11 @@ def _check(value: Any, spec: Field) -> tuple[Any, str | None]:
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return value, "expected a list of strings"
+    elif kind == "floats":
+        if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  and math.isfinite(v) for v in value):
+            return value, "expected a list of numbers, e.g. [1, 3]"
+        value = [float(v) for v in value]
     elif kind == "str_or_list":
         if not isinstance(value, (str, list)):
             return value, "expected a string or a list of strings"

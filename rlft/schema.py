@@ -34,7 +34,7 @@ TRL_CONFIGS = {
 class Field:
     """One schema field: its kind (for type checks), default, help and constraints."""
 
-    kind: str  # str | int | float | bool | list | dict | str_or_list | any
+    kind: str  # str | int | float | bool | list (of strings) | floats (a list of numbers) | dict | str_or_list | any
     default: Any = None
     help: str = ""
     choices: tuple = ()
@@ -236,6 +236,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
                            "implicit: the model trained with DPO's loss, scored by beta * (log pi - log pi_ref)",
                            choices=("pairwise", "implicit"), rlft_only=True),
         "beta": Field("float", 0.1, "objective implicit: DPO's beta (the paper's 0.1)", minimum=0.0, rlft_only=True),
+        "loss_type": Field("str_or_list", "sigmoid", "objective implicit: DPOTrainer's loss_type (e.g. [sigmoid, sft]: "
+                           "DPO plus the chosen replies' NLL, as recipes/dpo_smollm2.yaml)", rlft_only=True),
+        "loss_weights": Field("floats", None, "objective implicit: one weight per loss_type entry", rlft_only=True),
         # the reward model against a truth on the start model's own sampled replies (rlft/reward_model/truth.py)
         "truth_data": Field("str", None, "held-out prompts + the truth's fields (e.g. a store's test.jsonl): at the "
                             "end, the reward model's agreement with truth_verifier on the start model's samples",

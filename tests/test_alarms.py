@@ -134,6 +134,10 @@ def test_dpo_drift_fires_when_chosen_falls_and_margin_grows():
     assert alarm.name == "dpo_drift" and alarm.step == 50
     assert alarm.evidence["logps/chosen"][0] == -3.0 and alarm.evidence["logps/chosen"][-1] == -4.4
     assert "1.40 nats" in alarm.message
+    assert "--set dpo.loss_type=" in alarm.fix
+    # rlft reward's implicit objective logs DPO's keys; its fix names the reward section
+    reward_run = alarms.dpo_drift(h, alarms.Thresholds.from_watch(None, method="reward"))
+    assert "--set reward.loss_type=" in reward_run.fix
 
 
 @pytest.mark.parametrize("chosen, margins", [

@@ -159,3 +159,43 @@ def test_an_implicit_lora_reward_model_takes_its_adapters_base_as_reference(cli,
     assert scorer.reference is not None and scorer.reference is not scorer.policy
     scores = scorer(["42", "41 or so"], prompts=["12+30=", "12+30="])
     assert scores[0] != scores[1]
+
+
+def test_an_implicit_reward_model_takes_the_dpo_recipes_loss(tmp_path, tiny_dir):
+    """reward.loss_type / loss_weights reach the implicit objective's DPOTrainer (DPO plus the chosen replies'
+    NLL, as recipes/dpo_smollm2.yaml trains its policy), and the loss it computes has that NLL term in it."""
+    from rich.console import Console
+
+    from rlft.methods.reward import build, prepare
+
+    rows = read_rows(str(DATA / "arith/pairs_train.jsonl"))[:8]
+    sets = ["train.output_dir=" + str(tmp_path), "reward.max_length=32", "model.name_or_path=" + str(tiny_dir),
+            "reward.objective=implicit", "train.per_device_train_batch_size=8"]
+    losses = {}
+    for name, extra in (("dpo", []), ("dpo+nll", ["reward.loss_type=[sigmoid, sft]", "reward.loss_weights=[1, 3]"])):
+        cfg = resolve("reward", None, {}, sets + extra)
+        trainer = build(cfg, tmp_path / name, prepare(cfg, rows, [], Console(quiet=True)))
+        batch = next(iter(trainer.get_train_dataloader()))
+        losses[name] = float(trainer.compute_loss(trainer.model, batch))
+        if name == "dpo+nll":
+            assert list(trainer.args.loss_type) == ["sigmoid", "sft"] and list(trainer.args.loss_weights) == [1, 3]
+    # a fresh LoRA-less start is its own reference: DPO's term is ln 2, the NLL term (several nats) adds to it
+    assert abs(losses["dpo"] - 0.6931) < 1e-3, losses
+    assert losses["dpo+nll"] > losses["dpo"] + 1.0, losses
+
+
+@pytest.mark.parametrize("sets, says", [
+    (["reward.loss_type=[sigmoid, sft]"], "reward.objective=implicit"),
+    (["reward.objective=implicit", "reward.loss_type=[sigmoid, sft]", "reward.loss_weights=[1]"],
+     "one weight per reward.loss_type entry"),
+    (["reward.objective=implicit", "reward.loss_weights=[x]"], "expected a list of numbers"),
+])
+def test_reward_loss_settings_that_cannot_apply_are_refused_before_anything_is_written(cli, tmp_path, sets, says):
+    out = tmp_path / "rm"
+    args = ["reward", "--pairs", DATA / "arith/pairs_train.jsonl", "-o", out, "--max-steps", "1"]
+    for s in sets:
+        args += ["--set", s]
+    r = cli(*args)
+    assert r.code == 2, r.text
+    assert says in " ".join(r.text.split()), r.text
+    assert not out.exists()

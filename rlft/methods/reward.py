@@ -28,7 +28,23 @@ START_IS_A_MODEL = False  # the starting score head is untrained: a run never ke
 PAIR_ACCURACY_ROWS = 200  # training pairs scored after training (train_pair_accuracy)
 
 
+def check_loss(cfg: RunConfig) -> None:
+    """reward.loss_type / loss_weights belong to the implicit objective, one weight per loss."""
+    from rlft.errors import UserError
+
+    loss_type, weights = cfg.reward.get("loss_type") or "sigmoid", cfg.reward.get("loss_weights")
+    losses = [loss_type] if isinstance(loss_type, str) else list(loss_type)
+    if not implicit(cfg) and (losses != ["sigmoid"] or weights is not None):
+        raise UserError("reward.loss_type and reward.loss_weights shape the implicit objective's DPO loss; a "
+                        "pairwise reward model (a score head) has one loss",
+                        "add --set reward.objective=implicit, or drop reward.loss_type/loss_weights")
+    if weights is not None and len(weights) != len(losses):
+        raise UserError(f"reward.loss_weights has {len(weights)} weights for {len(losses)} losses ({losses})",
+                        "give one weight per reward.loss_type entry")
+
+
 def prepare(cfg: RunConfig, train_rows, eval_rows, console) -> Prepared:
+    check_loss(cfg)
     if cfg.reward.get("truth_data"):  # read and check the truth rows now, not after training
         from rlft.reward_model.truth import truth_rows
         from rlft.verifiers.loading import load_verifiers
@@ -61,10 +77,15 @@ def build(cfg: RunConfig, out: Path, prepared: Prepared):
 
 
 def build_implicit(cfg: RunConfig, out: Path, prepared: Prepared):
-    """rlft dpo's trainer (sigmoid loss at reward.beta, the start model as reference: under LoRA the policy with
-    its adapter disabled)."""
+    """rlft dpo's trainer (reward.loss_type, default DPO's sigmoid, at reward.beta; the start model as reference:
+    under LoRA the policy with its adapter disabled). An NLL term (`[sigmoid, sft]`) trains the model the reward
+    is read from as recipes/dpo_smollm2.yaml trains its policy; the reward stays beta * log(pi / pi_ref)."""
+    loss_type = cfg.reward.get("loss_type") or "sigmoid"
+    overrides: dict = {"loss_type": [loss_type] if isinstance(loss_type, str) else list(loss_type)}
+    if cfg.reward.get("loss_weights") is not None:
+        overrides["loss_weights"] = [float(w) for w in cfg.reward["loss_weights"]]
     return dpo_trainer(cfg, out, prepared, cfg.reward.max_length, COLUMNS, beta=float(cfg.reward.beta),
-                       loss_type=["sigmoid"])
+                       **overrides)
 
 
 def scorer_of(cfg: RunConfig, trainer):
