@@ -147,7 +147,7 @@ demo-dspy: install-real
 PREFS_OUT ?= runs/demo-prefs
 PREFS_DATA = $(if $(filter data/arith,$(DATA)),data/support/store,$(DATA))
 demo-prefs: install-real
-	OMP_NUM_THREADS=1 $(BIN)/python -m scripts.demo_prefs --data $(PREFS_DATA) --out $(PREFS_OUT)
+	OMP_NUM_THREADS=2 $(BIN)/python -m scripts.demo_prefs --data $(PREFS_DATA) --out $(PREFS_OUT)
 
 # Pipelines: held-out evaluation before and after each stage, one closing table.
 pipeline-dpo: install

@@ -321,13 +321,12 @@ def dpo_drift(history: History, th: Thresholds) -> Alarm | None:
     found = _drift(history, th)
     if found is None:
         return None
-    chosen, _, drop, grew, evidence = found
-    section = "reward" if th.method == "reward" else "dpo"  # rlft reward's implicit objective logs DPO's keys
+    (chosen, _, drop, grew, evidence), section = found, "reward" if th.method == "reward" else "dpo"  # implicit RM
     return Alarm("dpo_drift", chosen[-1][0],
                  f"chosen log-prob fell {drop:.2f} nats ({chosen[0][1]:.3g} -> {chosen[-1][1]:.3g}) while the "
                  f"reward margin grew {grew:.3g} over steps {chosen[0][0]}-{chosen[-1][0]}", evidence,
-                 "lower the learning rate or epochs, add an SFT term on the chosen answers "
-                 f"(--set {section}.loss_type=[sigmoid,sft]), and read generated answers, not the loss")
+                 f"lower the learning rate or epochs, add an SFT term on the chosen answers (--set {section}."
+                 "loss_type=[sigmoid,sft]), and read generated answers, not the loss")
 
 
 def kto_drift(history: History, th: Thresholds) -> Alarm | None:

@@ -35,7 +35,7 @@ def rlft(*args: str, log: Path) -> tuple[int, float]:
     began = time.time()
     with log.open("w") as f:
         code = subprocess.call([sys.executable, "-m", "rlft", *map(str, args)], stdout=f, stderr=subprocess.STDOUT,
-                               cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                               cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "1000"})
     return code, time.time() - began
 
 
@@ -99,9 +99,9 @@ def main(argv: list[str] | None = None) -> int:
             after = truth(model, data, out, name, args.tokens)
             row.update(after=after.get("pass_at_1"), note=kept(model))
         elif code == 3:
-            text = (out / f"{name}.log").read_text()
-            row.update(after=base, note="refused: " + " ".join(line.strip() for line in text.splitlines()
-                                                                 if "agree" in line or "fix:" in line)[:400])
+            text = (out / f"{name}.log").read_text()  # unwrapped (COLUMNS above): the refusal is one line
+            why = [line.strip().removeprefix("error: ") for line in text.splitlines() if line.startswith("error:")]
+            row.update(after=base, note="refused: " + (why[-1] if why else f"exit 3, {out / f'{name}.log'}"))
         else:
             row.update(after=None, note=f"failed (exit {code}, {out / f'{name}.log'})")
         rows.append(row)
