@@ -248,6 +248,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "truth_prompts": Field("int", 48, "prompts of truth_data sampled", minimum=1, rlft_only=True),
         "truth_samples": Field("int", 4, "replies sampled per prompt", minimum=2, rlft_only=True),
         "truth_max_new_tokens": Field("int", 48, "generation budget per sampled reply", minimum=1, rlft_only=True),
+        "truth_temperature": Field("float", 1.0, "sampling temperature of those replies: the PPO run's "
+                                   "ppo.temperature, so this is the number PPO's pre-flight will measure",
+                                   above=0.0, rlft_only=True),
     },
     # KTO (rlft/methods/kto.py): TRL's defaults; train.per_device_train_batch_size must be > 1 (the KL estimate)
     "kto": {

@@ -124,8 +124,11 @@ def test_verify_checks_a_reward_model_against_the_truth(cli, store_runs):
     assert 0.0 <= out["pair_accuracy_prompt_swapped"] <= 1.0
     r = cli("verify", "support_policy", "-d", STORE / "test.jsonl", "--reward-model", store_runs["rm"], "--model",
             store_runs["chat"], "--pairs", STORE / "pairs_eval.jsonl", "--limit", "4", "--samples", "2",
-            "--max-new-tokens", "4")
+            "--max-new-tokens", "4", "--temperature", "0.7")
     assert r.code == 0 and "pair accuracy with each pair's prompt swapped for another's" in r.out, r.text
+    r = cli("verify", "support_policy", "-d", STORE / "test.jsonl", "--reward-model", store_runs["rm"], "--model",
+            store_runs["chat"], "--temperature", "0")
+    assert r.code == 2, r.text
     r = cli("verify", "support_policy", "-d", STORE / "test.jsonl", "--reward-model", store_runs["rm"])
     assert r.code == 2 and "--model POLICY" in r.err
 
@@ -189,3 +192,29 @@ def test_prompt_swapped_accuracy_tells_a_reader_of_the_prompt_from_a_reader_of_t
     assert "wording" not in reads_the_prompt_line(1.0, 0.0, 6)
     assert prompt_swapped_accuracy(ScoredBy(reader, tok), rows[:1]) is None
     assert prompt_swapped_accuracy(ScoredBy(reader, tok), [dict(rows[0]), dict(rows[0])]) is None
+
+
+@pytest.mark.parametrize("sets, temperature", [([], 1.0), (["reward.truth_temperature=0.7"], 0.7)])
+def test_reward_samples_its_truth_check_at_the_configured_temperature(monkeypatch, sets, temperature):
+    """rlft reward's end-of-run agreement samples at reward.truth_temperature (recipes/reward_smollm2.yaml: PPO's
+    0.7), so it measures the replies PPO's pre-flight will: at 1.0 the same reward models read 0.65 where PPO's
+    0.7 samples read 0.48 (docs/preferences.md)."""
+    from rich.console import Console
+
+    from rlft.config import resolve
+    from rlft.methods import reward
+    from rlft.reward_model import truth
+
+    seen = {}
+
+    def fake(policy, reward_fn, rows, spec, samples, max_new_tokens, temperature=1.0, seed=0):
+        seen["temperature"] = temperature
+        return truth.agreement(Sampled(rows, [["a", "b"]] * len(rows), [[1.0, 0.0]] * len(rows),
+                                       [[1.0, 0.0]] * len(rows)))
+
+    monkeypatch.setattr(truth, "policy_agreement", fake)
+    cfg = resolve("reward", None, {}, [f"reward.truth_data={STORE / 'test.jsonl'}", "reward.truth_prompts=4",
+                                       *sets])
+    out = reward.truth_agreement(cfg, None, Console(quiet=True))
+    assert seen["temperature"] == temperature and out["truth_temperature"] == temperature
+    assert out["truth_agreement"] == 1.0

@@ -59,6 +59,9 @@ def verify(
                                          min=2)] = 4,
     limit: Annotated[int, typer.Option("--limit", help="With --reward-model: prompts sampled.", min=1)] = 32,
     max_new_tokens: Annotated[int, typer.Option(help="With --reward-model: budget per sampled reply.", min=1)] = 48,
+    temperature: Annotated[float, typer.Option(
+        help="With --reward-model: sampling temperature (PPO's ppo.temperature: the replies PPO will score).",
+        min=0.01)] = 1.0,
 ) -> None:
     """Score completions with a verifier, or check with --stress that junk cannot earn reward."""
     from dataclasses import replace
@@ -67,7 +70,8 @@ def verify(
 
     verifier, _weight = resolve(name)
     if reward_model or model or pairs:
-        return _reward_model(name, data, reward_model, model, pairs, samples, limit, max_new_tokens, json_out)
+        return _reward_model(name, data, reward_model, model, pairs, samples, limit, max_new_tokens, temperature,
+                             json_out)
     if gold:
         verifier = replace(verifier, gold_fields=tuple(dict.fromkeys(g.strip() for g in gold if g.strip())))
     rows = read_jsonl(data)
@@ -104,7 +108,7 @@ def verify(
 
 
 def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | None, pairs: Path | None,
-                  samples: int, limit: int, max_new_tokens: int, json_out: bool) -> None:
+                  samples: int, limit: int, max_new_tokens: int, temperature: float, json_out: bool) -> None:
     """A reward model against the truth `spec` on --model's sampled replies (and its pair accuracy on --pairs).
     The prompts are wrapped as chat when the policy's run trained that way (rlft.run.prompt_format)."""
     if not (reward_model and model):
@@ -129,7 +133,7 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
         swapped = prompt_swapped_accuracy(rm, held)
         if swapped is not None:
             out["pair_accuracy_prompt_swapped"] = round(swapped, 4)
-    a = policy_agreement(model, rm, rows, spec, samples, max_new_tokens)
+    a = policy_agreement(model, rm, rows, spec, samples, max_new_tokens, temperature)
     out.update(a.as_dict())
     if json_out:
         typer.echo(json.dumps(out))

@@ -143,6 +143,7 @@ def truth_agreement(cfg: RunConfig, reward, console) -> dict:
     rows = truth_rows(sec["truth_data"], spec, int(sec.get("truth_prompts") or 48), bool(cfg.data.get("as_chat")))
     a = policy_agreement(cfg.model.name_or_path, reward, rows, spec,
                          int(sec.get("truth_samples") or 4), int(sec.get("truth_max_new_tokens") or 48),
-                         seed=int(cfg.train.seed or 0))
+                         temperature=float(sec.get("truth_temperature") or 1.0), seed=int(cfg.train.seed or 0))
     console.print(a.line(), highlight=False)
-    return {f"truth_{k}": v for k, v in a.as_dict().items()}
+    return {**{f"truth_{k}": v for k, v in a.as_dict().items()},
+            "truth_temperature": float(sec.get("truth_temperature") or 1.0)}
