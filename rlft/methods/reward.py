@@ -28,12 +28,17 @@ START_IS_A_MODEL = False  # the starting score head is untrained: a run never ke
 PAIR_ACCURACY_ROWS = 200  # training pairs scored after training (train_pair_accuracy)
 
 
+def implicit_loss(cfg: RunConfig) -> tuple[list[str], list[float] | None]:
+    """(reward.loss_type as a list, reward.loss_weights): the implicit objective's DPOTrainer loss."""
+    loss_type = cfg.reward.get("loss_type") or "sigmoid"
+    return [loss_type] if isinstance(loss_type, str) else list(loss_type), cfg.reward.get("loss_weights")
+
+
 def check_loss(cfg: RunConfig) -> None:
     """reward.loss_type / loss_weights belong to the implicit objective, one weight per loss."""
     from rlft.errors import UserError
 
-    loss_type, weights = cfg.reward.get("loss_type") or "sigmoid", cfg.reward.get("loss_weights")
-    losses = [loss_type] if isinstance(loss_type, str) else list(loss_type)
+    losses, weights = implicit_loss(cfg)
     if not implicit(cfg) and (losses != ["sigmoid"] or weights is not None):
         raise UserError("reward.loss_type and reward.loss_weights shape the implicit objective's DPO loss; a "
                         "pairwise reward model (a score head) has one loss",
@@ -80,10 +85,8 @@ def build_implicit(cfg: RunConfig, out: Path, prepared: Prepared):
     """rlft dpo's trainer (reward.loss_type, default DPO's sigmoid, at reward.beta; the start model as reference:
     under LoRA the policy with its adapter disabled). An NLL term (`[sigmoid, sft]`) trains the model the reward
     is read from as recipes/dpo_smollm2.yaml trains its policy; the reward stays beta * log(pi / pi_ref)."""
-    loss_type = cfg.reward.get("loss_type") or "sigmoid"
-    overrides: dict = {"loss_type": [loss_type] if isinstance(loss_type, str) else list(loss_type)}
-    if cfg.reward.get("loss_weights") is not None:
-        overrides["loss_weights"] = [float(w) for w in cfg.reward["loss_weights"]]
+    losses, weights = implicit_loss(cfg)  # weights: already floats (the schema's `floats` kind)
+    overrides: dict = {"loss_type": losses, **({"loss_weights": weights} if weights is not None else {})}
     return dpo_trainer(cfg, out, prepared, cfg.reward.max_length, COLUMNS, beta=float(cfg.reward.beta),
                        **overrides)
 
@@ -141,9 +144,9 @@ def truth_agreement(cfg: RunConfig, reward, console) -> dict:
     sec = cfg.reward
     spec = sec.get("truth_verifier") or "support_policy"
     rows = truth_rows(sec["truth_data"], spec, int(sec.get("truth_prompts") or 48), bool(cfg.data.get("as_chat")))
+    temperature = float(sec.get("truth_temperature") or 1.0)
     a = policy_agreement(cfg.model.name_or_path, reward, rows, spec,
                          int(sec.get("truth_samples") or 4), int(sec.get("truth_max_new_tokens") or 48),
-                         temperature=float(sec.get("truth_temperature") or 1.0), seed=int(cfg.train.seed or 0))
+                         temperature=temperature, seed=int(cfg.train.seed or 0))
     console.print(a.line(), highlight=False)
-    return {**{f"truth_{k}": v for k, v in a.as_dict().items()},
-            "truth_temperature": float(sec.get("truth_temperature") or 1.0)}
+    return {**{f"truth_{k}": v for k, v in a.as_dict().items()}, "truth_temperature": temperature}
