@@ -76,9 +76,12 @@ def test_accepted_rows_train_their_log_prob_rises(tmp_path, sft_short):
     loss, tokens = _fine_tune(cfg, tmp_path / "round-1", model, tok, rows)
     after = [lp for lp, _ in completion_logprobs(model, tok, pairs)]
     assert tokens >= 6 and loss > 0
-    # every kept completion more likely, and at least half the way to certainty (log-prob 0) closed: the SFT
-    # start already gives them -0.6 in all, so a fixed rise is a CPU's precision away from its ceiling
-    assert all(a > b for a, b in zip(after, before)), (before, after)
+    # the kept completions more likely in all, and at least half the way to certainty (log-prob 0) closed: the SFT
+    # start usually gives them -0.6 in all, so a fixed rise is a CPU's precision away from its ceiling. Not every
+    # row need rise: when the start leaves one far behind (seen once on a bf16 CPU: -0.10, -0.03, -4.62), the
+    # step that lifts it to -0.14 may cost a near-certain row a tenth of a nat
+    assert sum(after) > sum(before), (before, after)
+    assert min(after) > min(before), (before, after)  # the least likely completion rose
     assert sum(after) > sum(before) / 2, (before, after)
     assert not (tmp_path / "round-1").exists()  # a round's folder keeps no checkpoint
 
