@@ -326,7 +326,8 @@ def dpo_drift(history: History, th: Thresholds) -> Alarm | None:
                  f"chosen log-prob fell {drop:.2f} nats ({chosen[0][1]:.3g} -> {chosen[-1][1]:.3g}) while the "
                  f"reward margin grew {grew:.3g} over steps {chosen[0][0]}-{chosen[-1][0]}", evidence,
                  f"lower the learning rate or epochs, add an SFT term on the chosen answers (--set {section}."
-                 "loss_type=[sigmoid,sft]), and read generated answers, not the loss")
+                 f"loss_type=[sigmoid,sft]) or, where it has one, raise its weight ({section}.loss_weights), and "
+                 "read generated answers, not the loss")
 
 
 def kto_drift(history: History, th: Thresholds) -> Alarm | None:

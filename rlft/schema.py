@@ -248,6 +248,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "truth_prompts": Field("int", 48, "prompts of truth_data sampled", minimum=1, rlft_only=True),
         "truth_samples": Field("int", 4, "replies sampled per prompt", minimum=2, rlft_only=True),
         "truth_max_new_tokens": Field("int", 48, "generation budget per sampled reply", minimum=1, rlft_only=True),
+        "truth_policy_prompts": Field("int", 150, "objective implicit: prompts of truth_data on which its own "
+                                      "policy's greedy truth is compared with the start's (where PPO with per-token "
+                                      "rewards goes)", minimum=1, rlft_only=True),
         "truth_temperature": Field("float", 1.0, "sampling temperature of those replies: the PPO run's "
                                    "ppo.temperature, so this is the number PPO's pre-flight will measure",
                                    above=0.0, rlft_only=True),
@@ -334,6 +337,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "missing_eos_penalty": Field("float", 1.0, "subtracted from the score of a response that never emits "
                                      "eos (0: no penalty)"),
         "whiten_rewards": Field("bool", False, "rescale per-token rewards to unit variance before GAE"),
+        "token_rewards": Field("bool", None, "an implicit reward model (rlft reward, reward.objective implicit) "
+                               "scores each sampled token, beta * log(pi_rm / pi_ref), instead of the whole reply "
+                               "on its last token; default: on for such a model with the policy's tokenizer"),
         "forward_batch_size": Field("int", 64, "rows per generation / reference / value pass in the rollout",
                                     minimum=1),
         "max_memory_gb": Field("float", None, "refuse the run when the 4 networks' estimated memory exceeds "

@@ -269,3 +269,48 @@ def test_a_half_billion_model_is_refused_at_16_gb_in_full_fp32_and_fits_with_lor
     lora = s.memory_check(ppo_cfg(tmp_path, f"model.name_or_path={model}", "ppo.max_memory_gb=16",
                                   "model.lora.enabled=true"), Console(quiet=True))
     assert 3.6 < lora["total_gb"] < 4.0, lora["total_gb"]  # 8 bytes a base parameter + the adapters
+
+
+# --------------------------------------------------------------------------- per-token rewards (ppo.token_rewards)
+
+
+class FirstTokenReward:
+    """A stand-in implicit reward model whose log-ratio is +1 on each response's first token, 0 elsewhere."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def token_rewards(self, input_ids, attention_mask, position_ids, width: int):
+        import torch
+
+        self.calls += 1
+        out = torch.zeros(input_ids.shape[0], width)
+        out[:, 0] = 1.0
+        return out
+
+
+def test_token_rewards_land_on_their_tokens_and_the_reply_score_is_their_sum(tmp_path, tiny_dir):
+    """With a per-token reward the return of each token is the reward still to come (values start at 0; no KL,
+    lambda 1): 1 on the first token, 0 after it. The sequence reward function is not called; the recorded
+    reward of a reply is the sum of its tokens' rewards."""
+    import torch
+
+    cfg = ppo_cfg(tmp_path, "ppo.kl_coef=0.0", "ppo.lam=1.0", "ppo.missing_eos_penalty=0.0")
+    torch.manual_seed(0)
+    tok, policy, ref, value = ppo_setup.build_networks(cfg)
+    recorded = []
+
+    def never(*_, **__):
+        raise AssertionError("the sequence reward must not be called under token rewards")
+
+    fake = FirstTokenReward()
+    ro = ppo_rollout.rollout(policy, value, ref, tok, ROWS, never, cfg, "cpu", fake,
+                             lambda i, p, c, r: recorded.append(r))
+    assert fake.calls >= 1 and recorded == [[1.0] * len(ROWS)]
+    assert torch.allclose(ro.scores, torch.ones(len(ROWS)))
+    expected = torch.zeros_like(ro.returns)
+    expected[:, 0] = 1.0
+    assert torch.allclose(ro.returns, expected * ro.mask), ro.returns
+    # the same rollout scored once at the end (the sequence path): every token's return is the reply's score
+    ro2 = ppo_rollout.rollout(policy, value, ref, tok, ROWS, constant_reward, cfg, "cpu")
+    assert torch.allclose(ro2.returns, ro2.mask), ro2.returns

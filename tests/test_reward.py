@@ -138,11 +138,31 @@ def test_an_implicit_reward_model_scores_pairs_as_its_dpo_run_does_and_feeds_ppo
     # the reference's score is 0: the same reply scored by a reward "model" whose policy is its reference
     ref = ImplicitReward(rm.load().reference, rm.load().tok, 0.1, reference=rm.load().reference)
     assert ref(["42"], prompts=["12+30="]) == [0.0]
+    # token by token (what PPO's ppo.token_rewards reads) it sums to the reply's score
+    import torch
+
+    from rlft.reward_model.implicit import prompt_and_reply_ids
+
+    scorer = rm.load()
+    for prompt, reply in (("12+30=", "42"), ("7+8=", "15 because seven and eight")):
+        head, tail = prompt_and_reply_ids(scorer.tok, prompt, reply)
+        ids = torch.tensor([head + tail])
+        per_token = scorer.token_rewards(ids, torch.ones_like(ids), torch.arange(ids.shape[1])[None], len(tail))
+        assert per_token.shape == (1, len(tail)) and float(per_token.abs().sum()) > 0
+        assert abs(float(per_token.sum()) - scorer([reply], prompts=[prompt])[0]) < 1e-4
     ppo = cli("ppo", "--model", tiny_dir, "--reward-model", out, "--prompts", DATA / "arith/grpo_prompts.jsonl",
               "-o", tmp_path / "ppo", "--max-steps", "2", "--batch-size", "4", "--set", "ppo.response_length=8",
               "--set", "ppo.num_mini_batches=1", "--set", "watch.auto_holdout=false")
     assert ppo.code == 0, ppo.text
+    assert "log-ratio on each sampled token" in ppo.text  # on by default: the tiny model reads its own tokens
     assert json.loads((tmp_path / "ppo" / "summary.json").read_text())["status"] == "completed"
+    metrics = [json.loads(line) for line in (tmp_path / "ppo" / "metrics.jsonl").read_text().splitlines()]
+    assert any(m.get("reward", 0.0) != 0.0 for m in metrics), metrics  # the summed log-ratios, not zeros
+    # asked for with a reward it cannot apply to: one line, exit 2, nothing written
+    r = cli("ppo", "--model", tiny_dir, "--verifier", "math", "--reward-model", out, "--prompts",
+            DATA / "arith/grpo_prompts.jsonl", "-o", tmp_path / "ppo-refused", "--max-steps", "1", "--set",
+            "ppo.token_rewards=true")
+    assert r.code == 2 and "ppo.token_rewards" in r.text and not (tmp_path / "ppo-refused").exists(), r.text
 
 
 def test_an_implicit_lora_reward_model_takes_its_adapters_base_as_reference(cli, tmp_path, tiny_dir):

@@ -137,6 +137,7 @@ def test_choose_signal_pairs_gives_the_measured_numbers(cli):
     r = cli("choose", "--signal", "pairs", "--rows", "2000")
     assert r.code == 0 and "DPO" in r.out, r.text
     assert "0.253 -> 0.387" in r.out and "0.320 -> 0.473" in r.out and "best-of-n" in r.out and "demo-prefs" in r.out
+    assert "0.273 -> 0.407" in r.out  # reward model + PPO with per-token implicit rewards
 
 
 def test_reward_refuses_a_bad_truth_file_before_training(cli, tmp_path):
@@ -218,3 +219,20 @@ def test_reward_samples_its_truth_check_at_the_configured_temperature(monkeypatc
     out = reward.truth_agreement(cfg, None, Console(quiet=True))
     assert seen["temperature"] == temperature and out["truth_temperature"] == temperature
     assert out["truth_agreement"] == 1.0
+
+
+def test_an_implicit_reward_model_whose_policy_is_no_better_than_the_start_is_refused(tiny_dir):
+    """PPO with per-token implicit rewards goes toward the reward model's own policy, so its pre-flight compares
+    that policy's greedy truth with the start's: the start scored as its own reward policy gains nothing (exit 3);
+    a reward policy that passes more prompts goes ahead."""
+    from rlft.models import load_for_inference
+    from rlft.reward_model.truth import PolicyGain, RewardModelRefused, check_policy_gain, policy_gain, truth_rows
+
+    rows = truth_rows(str(STORE / "test.jsonl"), "support_policy", 4, as_chat=False)
+    g = policy_gain(str(tiny_dir), load_for_inference(str(tiny_dir)), rows, "support_policy", 8)
+    assert g.prompts == 4 and g.reward_policy == g.start
+    with pytest.raises(RewardModelRefused) as refused:
+        check_policy_gain(g, "RM")
+    assert refused.value.exit_code == 3 and "nothing to gain" in str(refused.value)
+    check_policy_gain(PolicyGain(150, 0.273, 0.373), "RM")  # +10 points: PPO may start
+    assert "0.373 of 150" in PolicyGain(150, 0.273, 0.373).line()

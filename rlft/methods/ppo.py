@@ -70,7 +70,7 @@ from rich.console import Console
 from rlft.config import RunConfig
 from rlft.methods.common import Prepared, Run, RunResult, start_run, tracker_config, tracker_names
 from rlft.methods.ppo_rollout import heldout, policy_and_value, rollout, update
-from rlft.methods.ppo_setup import build_networks, check_config, memory_check, reward_function
+from rlft.methods.ppo_setup import build_networks, check_config, memory_check, reward_function, token_reward
 from rlft.run.time_limit import TimeLimit
 
 KIND = "verifiable"
@@ -178,19 +178,38 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
 def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
     """The reward model against the held-out truth (watch.holdout scored by watch.holdout_verifier) on replies
     sampled from the start policy, the distribution PPO optimises (rlft.reward_model.truth); exit 3 when it is
-    near chance (ppo.min_reward_agreement)."""
+    near chance (ppo.min_reward_agreement).
+
+    An implicit reward model scored per token (ppo.token_rewards) is judged instead by where PPO goes with it:
+    at kl_coef = its beta the optimum is the reward model's own policy, so that policy's greedy truth must beat
+    the start's (rlft.reward_model.truth.policy_gain). The agreement is printed either way: it says how well
+    the summed reward ranks sampled replies, which per-token credit does not need."""
+    from rlft.models import load_tokenizer
+    from rlft.reward_model.implicit import ImplicitReward
     from rlft.reward_model.scoring import RewardModelReward
-    from rlft.reward_model.truth import check_agreement, policy_agreement, truth_rows
+    from rlft.reward_model.truth import check_agreement, check_policy_gain, policy_agreement, policy_gain, truth_rows
     from rlft.run.folder import process_console
 
     console = process_console(console)
     spec = cfg.watch.get("holdout_verifier") or "math"
     p = cfg.ppo
     rows = truth_rows(cfg.watch.holdout, spec, int(p.get("agreement_prompts") or 32), bool(cfg.data.get("as_chat")))
-    a = policy_agreement(cfg.model.name_or_path, RewardModelReward(p.reward_model), rows, spec,
+    reward = RewardModelReward(p.reward_model)
+    a = policy_agreement(cfg.model.name_or_path, reward, rows, spec,
                          int(p.get("agreement_samples") or 4), int(p.response_length), float(p.temperature or 1.0),
                          seed=int(cfg.train.seed or 0))
     console.print(a.line(), highlight=False)
+    scorer = reward.load()
+    if p.get("token_rewards") is not False and isinstance(scorer, ImplicitReward) and \
+            scorer.same_tokens_as(load_tokenizer(cfg.model.name_or_path)):
+        # on the held-out check's rows (a store's 150 test prompts): 32 prompts read a 10-point gain as a loss
+        checked = truth_rows(cfg.watch.holdout, spec, int(cfg.watch.get("holdout_max_rows") or 100),
+                             bool(cfg.data.get("as_chat")))
+        g = policy_gain(cfg.model.name_or_path, scorer.policy, checked, spec,
+                        int(cfg.watch.get("holdout_max_new_tokens") or p.response_length))
+        console.print(g.line(), highlight=False)
+        check_policy_gain(g, p.reward_model)
+        return
     check_agreement(a, float(p.min_reward_agreement), p.reward_model)
 
 
@@ -256,6 +275,7 @@ class _Loop:
         for part in getattr(self.reward_fn, "parts", [self.reward_fn]):
             if hasattr(part, "load"):  # a reward model: load it once, on the training device
                 part.load().to(accelerator.device)
+        self.token_reward = token_reward(cfg, self.reward_fn, self.tok, self.console)
         self.inner = accelerator.unwrap_model(self.model)
         self.order = PromptOrder(len(train_rows), batch, world, accelerator.process_index, cfg.train.seed)
         self.generator = torch.Generator().manual_seed(cfg.train.seed + 7919 * accelerator.process_index)
@@ -338,7 +358,7 @@ class _Loop:
 
         rows = [self.train_rows[i].data for i in self.order.indices(self.step)]
         ro = rollout(self.inner.policy, self.inner.value, self.ref, self.tok, rows, self.reward_call, self.cfg,
-                     self.accelerator.device)
+                     self.accelerator.device, self.token_reward, self.watcher.recorder.record)
         stats = {k: float(v) for k, v in ro.stats.items()}
         stats.update(update(self.model, self.optimizer, self.accelerator, ro, self.cfg, self.generator))
         stats["val/explained_variance"] = explained_variance(ro.values, ro.returns, ro.mask)

@@ -94,8 +94,11 @@ class Rollout:
 
 
 def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Callable, cfg: RunConfig,
-            device) -> Rollout:
-    """Sample, score, run reference and value model, and compute advantages for one batch of rows."""
+            device, token_reward=None, record: Callable | None = None) -> Rollout:
+    """Sample, score, run reference and value model, and compute advantages for one batch of rows.
+
+    With `token_reward` (an implicit reward model, rlft.methods.ppo_setup.token_reward) each response token gets
+    its log-ratio as reward and `reward_fn` is not called; a reply's reward is their sum, passed to `record`."""
     import torch
 
     from rlft.chat.templates import stop_token_ids
@@ -146,12 +149,13 @@ def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Ca
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
 
     completions = tok.batch_decode(responses, skip_special_tokens=True)
-    gold_keys = {k for r in rows for k in r if k != "prompt"}
-    raw = reward_fn(completions=completions, prompts=prompts, **{k: [r.get(k) for r in rows] for k in gold_keys})
-    raw = torch.tensor([0.0 if x is None else float(x) for x in raw], device=device)
-    scores = raw - p.missing_eos_penalty * (~ended).float()
+    if token_reward is None:
+        gold_keys = {k for r in rows for k in r if k != "prompt"}
+        raw = reward_fn(completions=completions, prompts=prompts,
+                        **{k: [r.get(k) for r in rows] for k in gold_keys})
+        raw = torch.tensor([0.0 if x is None else float(x) for x in raw], device=device)
 
-    ref_lp, vals = [], []
+    ref_lp, vals, dense = [], [], []
     with torch.no_grad():
         for s in range(0, len(rows), p.forward_batch_size):
             sl = slice(s, s + p.forward_batch_size)
@@ -160,11 +164,23 @@ def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Ca
             with reference(policy, ref_model) as ref:
                 ref_lp.append(response_logprobs(ref, **args, responses=responses[sl], temperature=p.temperature))
             vals.append(token_values(value_model, **args)[:, plen - 1:-1])
+            if token_reward is not None:
+                dense.append(token_reward.token_rewards(**args, width=responses.shape[1]))
     ref_logprobs = torch.cat(ref_lp) * mask
     values = torch.cat(vals) * mask
     logprobs = logprobs * mask
-
-    rewards, kl = kl_penalized_rewards(scores, logprobs, ref_logprobs, mask, p.kl_coef, p.kl_estimator)
+    if token_reward is not None:
+        dense = torch.cat(dense).to(logprobs.dtype) * mask
+        raw = dense.sum(1)
+        if record is not None:
+            record(0, prompts, completions, raw.tolist())
+    penalty = p.missing_eos_penalty * (~ended).float()
+    scores = raw - penalty
+    # the score on the last token; per token (token_reward), only the missing-eos penalty stays there
+    rewards, kl = kl_penalized_rewards(scores if token_reward is None else -penalty, logprobs, ref_logprobs, mask,
+                                       p.kl_coef, p.kl_estimator)
+    if token_reward is not None:
+        rewards = rewards + dense
     if p.whiten_rewards:
         rewards = whiten(rewards, mask, shift_mean=False)
     advantages, returns = gae(rewards, values, mask, p.gamma, p.lam)

@@ -36,6 +36,43 @@ def check_config(cfg: RunConfig) -> None:
         raise UserError(f"train.per_device_train_batch_size = {t.per_device_train_batch_size} prompts is not a "
                         f"multiple of ppo.num_mini_batches x train.gradient_accumulation_steps = {split}",
                         "make the batch a multiple of the two (e.g. --batch-size 64 with 4 minibatches)")
+    if p.get("token_rewards"):
+        from rlft.models import resolve_model_path
+        from rlft.reward_model.implicit import is_implicit
+
+        if not p.reward_model or p.verifiers or not is_implicit(resolve_model_path(p.reward_model)):
+            raise UserError("ppo.token_rewards scores each token with an implicit reward model's log-ratios; this "
+                            "run's reward is " + ("verifiers" if p.verifiers else "a score-head reward model"
+                                                  if p.reward_model else "missing"),
+                            "train the reward model with --set reward.objective=implicit and pass it alone as "
+                            "--reward-model, or drop ppo.token_rewards")
+
+
+def token_reward(cfg: RunConfig, reward_fn: Callable, tok, console: Console):
+    """The implicit reward model whose per-token log-ratios are the run's reward (ppo.token_rewards), or None.
+
+    Why per token: PPO with kl_coef = beta against r = beta * log(pi_rm / pi_ref) summed over a reply has pi_rm
+    as its optimum (the DPO paper's equivalence); put on each sampled token, the advantage of a token carries
+    that token's own log-ratio and not the noise of every token before it, so the decision tokens where the
+    reward model's policy differs from the start stand out. Unset, it is on for an implicit reward model alone
+    that reads the policy's token ids (same vocabulary and chat template)."""
+    from rlft.reward_model.implicit import ImplicitReward
+
+    wanted = cfg.ppo.get("token_rewards")
+    scorer = reward_fn.load() if wanted is not False and hasattr(reward_fn, "load") else None
+    if not isinstance(scorer, ImplicitReward):
+        return None
+    if not scorer.same_tokens_as(tok):
+        if wanted:
+            raise UserError(f"ppo.token_rewards: the reward model {cfg.ppo.reward_model} reads other token ids "
+                            "than the policy (another vocabulary or chat template)",
+                            "drop ppo.token_rewards (the reply is then scored as text, once)")
+        console.print("reward: the implicit reward model tokenises differently from the policy, so each reply is "
+                      "scored once, on its last token", highlight=False)
+        return None
+    console.print("reward: the implicit reward model's log-ratio on each sampled token (ppo.token_rewards)",
+                  highlight=False)
+    return scorer
 
 
 def param_counts(cfg: RunConfig) -> dict[str, Any]:

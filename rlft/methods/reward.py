@@ -149,4 +149,13 @@ def truth_agreement(cfg: RunConfig, reward, console) -> dict:
                          int(sec.get("truth_samples") or 4), int(sec.get("truth_max_new_tokens") or 48),
                          temperature=temperature, seed=int(cfg.train.seed or 0))
     console.print(a.line(), highlight=False)
-    return {**{f"truth_{k}": v for k, v in a.as_dict().items()}, "truth_temperature": temperature}
+    out = {**{f"truth_{k}": v for k, v in a.as_dict().items()}, "truth_temperature": temperature}
+    if implicit(cfg):  # where PPO with per-token rewards goes: this model's own policy (rlft ppo's pre-flight)
+        from rlft.reward_model.truth import policy_gain
+
+        rows = truth_rows(sec["truth_data"], spec, int(sec.get("truth_policy_prompts") or 150),
+                          bool(cfg.data.get("as_chat")))
+        g = policy_gain(cfg.model.name_or_path, reward.policy, rows, spec, int(sec.get("truth_max_new_tokens") or 48))
+        console.print(g.line(), highlight=False)
+        out.update({f"truth_{k}": v for k, v in g.as_dict().items()})
+    return out

@@ -79,6 +79,15 @@ def sequence_logps(model, rows: Sequence[tuple[list[int], list[int]]], pad: int,
     return out
 
 
+def token_logps(model, args: dict, width: int):
+    """Log-probs (temperature 1) of the last `width` tokens of args["input_ids"] under `model`, (B, width)."""
+    import torch
+
+    ids = args["input_ids"]
+    logits = model(**args, use_cache=False).logits[:, -width - 1:-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, -width:].unsqueeze(-1))[..., 0]
+
+
 class ImplicitReward:
     """DPO's implicit reward as a reward function, `(completions, prompts=..., **_) -> list[float]`.
 
@@ -124,6 +133,34 @@ class ImplicitReward:
             if was_training:
                 self.policy.train()
         return mine, ref
+
+    def token_rewards(self, input_ids, attention_mask, position_ids, width: int):
+        """beta * (log pi(y_t) - log pi_ref(y_t)) of each of the last `width` tokens of `input_ids` (B, width):
+        the implicit reward token by token, on the very tokens a policy sampled (so it needs the policy's
+        tokenizer). Summed over a reply it is `__call__`'s score of that reply, up to how the reply's text
+        tokenises; rlft ppo's ppo.token_rewards puts it on each token instead of on the reply's last."""
+        import torch
+
+        args = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            with torch.no_grad():
+                mine = token_logps(self.policy, args, width)
+                if self.reference is not None:
+                    ref = token_logps(self.reference, args, width)
+                else:
+                    with self.policy.disable_adapter():
+                        ref = token_logps(self.policy, args, width)
+        finally:
+            if was_training:
+                self.policy.train()
+        return self.beta * (mine - ref)
+
+    def same_tokens_as(self, tok) -> bool:
+        """Whether a policy with tokenizer `tok` samples the token ids this model reads (token_rewards)."""
+        return self.tok.get_vocab() == tok.get_vocab() and \
+            getattr(self.tok, "chat_template", None) == getattr(tok, "chat_template", None)
 
     def __call__(self, completions: list, prompts: list | None = None, **_: Any) -> list[float]:
         if prompts is None:

@@ -148,6 +148,48 @@ def check_agreement(a: Agreement, minimum: float, reward_model: str) -> None:
             "--reward-model RM); to run anyway: --set ppo.min_reward_agreement=0")
 
 
+@dataclass
+class PolicyGain:
+    """Greedy truth of the start policy and of an implicit reward model's own policy on the same prompts."""
+
+    prompts: int
+    start: float
+    reward_policy: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gain_prompts": self.prompts, "start_truth": round(self.start, 4),
+                "reward_policy_truth": round(self.reward_policy, 4)}
+
+    def line(self) -> str:
+        return (f"the reward model's own policy (PPO's optimum at kl_coef = its beta, per-token rewards) passes "
+                f"{self.reward_policy:.3f} of {self.prompts} prompts greedily, the start {self.start:.3f}")
+
+
+def policy_gain(policy_path: str, reward_policy, rows: list[dict], spec: str, max_new_tokens: int) -> PolicyGain:
+    """Greedy truth `spec` of the model at `policy_path` and of `reward_policy` (an implicit reward model's
+    trained language model) on `rows`."""
+    from rlft.evaluate import evaluate_rows
+    from rlft.models import load_for_inference, load_tokenizer
+    from rlft.verifiers.loading import load_verifiers
+
+    truth, _ = load_verifiers([spec])
+    tok = load_tokenizer(policy_path)
+    start = evaluate_rows(load_for_inference(policy_path), tok, rows, truth, max_new_tokens).pass_at_1
+    mine = evaluate_rows(reward_policy, tok, rows, truth, max_new_tokens).pass_at_1
+    return PolicyGain(len(rows), start, mine)
+
+
+def check_policy_gain(g: PolicyGain, reward_model: str) -> None:
+    """Refuse (exit 3) when an implicit reward model's own policy is no better than the start under the truth:
+    PPO with per-token rewards moves the policy toward it, so there is nothing to gain."""
+    if g.reward_policy <= g.start:
+        raise RewardModelRefused(
+            f"the implicit reward model {reward_model}'s own policy passes {g.reward_policy:.3f} of {g.prompts} "
+            f"held-out prompts, the start {g.start:.3f}: PPO toward it has nothing to gain",
+            "train the reward model longer or on more pairs (its DPO run must beat the start), or use DPO on the "
+            "same pairs (rlft dpo); to run anyway: --set ppo.min_reward_agreement=0")
+
+
 def truth_rows(path: str, spec: str, limit: int, as_chat: bool) -> list[dict]:
     """The first `limit` rows of a truth file, gold checked for `spec`, wrapped as chat like the training prompts."""
     from rlft.chat.templates import wrap_as_chat
