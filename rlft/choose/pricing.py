@@ -112,14 +112,15 @@ def rule_bootstrap(s: Any, r: Any) -> None:
 
 # What rlft measured with pairs (docs/preferences.md, BENCHMARKS.md "Preferences on the support store"): the numbers
 # `rlft choose` gives for pairs.
-MEASURED_PAIRS = ("measured here (docs/preferences.md): on two support stores with SmolLM2-135M + LoRA, DPO (with "
-                  "the chosen replies' NLL, recipes/dpo_smollm2.yaml) raised the held-out truth of the model's own "
-                  "replies over SFT by +13.3 and +15.3 points (0.253 -> 0.387, 0.320 -> 0.473), while reward models "
-                  "of 0.89-0.95 pair accuracy (score heads, and DPO's implicit reward with that same loss) agreed "
-                  "with that truth on the SFT model's sampled replies at about chance (0.48-0.65) and ordered the "
-                  "pairs as well with their prompts swapped (0.92 against 0.94, 0.98 against 0.95: they read the "
-                  "replies' wording, not the customer's message), so PPO against them refused to start (forced: "
-                  "+4.0 at best; against the implicit one no check beat SFT) and best-of-16 stayed below greedy; on "
-                  "the tiny model's arithmetic pairs DPO gave 0.445 -> 0.795 and PPO gamed its reward model; try DPO "
-                  "first, and best-of-n with a reward model (rlft eval --best-of 8 --reward-model RM) before PPO; "
-                  "`make demo-prefs` compares all three by a held-out truth")
+MEASURED_PAIRS = ("measured here (docs/preferences.md): on two support stores with SmolLM2-135M + LoRA, DPO (with the"
+                  " chosen replies' NLL, recipes/dpo_smollm2.yaml) raised the held-out truth of the model's own "
+                  "replies over SFT by +13.3 and +15.3 points (0.253 -> 0.387, 0.320 -> 0.473); reward model + PPO "
+                  "reached +13.3 on one store (0.273 -> 0.407) only with DPO's implicit reward put on each sampled "
+                  "token (recipes/reward_smollm2.yaml, ppo_smollm2.yaml), at about twice DPO's cost (a reward run as "
+                  "long as DPO's, then PPO); score-head reward models of 0.89-0.95 pair accuracy agreed with that "
+                  "truth on the SFT model's sampled replies at about chance (0.45-0.56: they read the replies' "
+                  "wording, not the customer's message), PPO against them never gained 5 points, and best-of-n with "
+                  "them (best-of-16) stayed below greedy; on the tiny model's arithmetic pairs DPO gave 0.445 -> "
+                  "0.795 and PPO gamed its reward model; try DPO first, and a reward model + PPO when the reward "
+                  "model itself is wanted (to score new prompts' replies); `make demo-prefs` compares all three by a "
+                  "held-out truth")

@@ -135,6 +135,14 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
             out["pair_accuracy_prompt_swapped"] = round(swapped, 4)
     a = policy_agreement(model, rm, rows, spec, samples, max_new_tokens, temperature)
     out.update(a.as_dict())
+    from rlft.reward_model.implicit import ImplicitReward
+
+    gain = None
+    if isinstance(rm.load(), ImplicitReward):  # where PPO with per-token rewards goes: the model's own policy
+        from rlft.reward_model.truth import policy_gain
+
+        gain = policy_gain(model, rm.load().policy, rows, spec, max_new_tokens)
+        out.update(gain.as_dict())
     if json_out:
         typer.echo(json.dumps(out))
         return
@@ -144,6 +152,8 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
             typer.echo(reads_the_prompt_line(out["pair_accuracy"], out["pair_accuracy_prompt_swapped"],
                                              out["pairs"]))
     typer.echo(a.line())
+    if gain is not None:
+        typer.echo(gain.line())
 
 
 def read_jsonl(path: Path) -> list[tuple[int, dict]]:

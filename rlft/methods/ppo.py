@@ -11,8 +11,9 @@ What it is. Each step takes B prompts (train.per_device_train_batch_size per pro
      responses that never emitted eos; runs the frozen reference (with LoRA: the policy with its adapter
      disabled, so one base model sits in memory, not two) and the value model over the same tokens;
   2. advantages: per-token reward R'_t = -kl_coef * (log pi - log pi_ref), plus the score on the response's
-     last token (its eos); GAE (gamma, lam) with the value model as the baseline, then whitening over the
-     batch's tokens; returns = advantages + values;
+     last token (its eos), or, for an implicit reward model (ppo.token_rewards), its log-ratio
+     beta * (log pi_rm - log pi_ref) on every token; GAE (gamma, lam) with the value model as the baseline,
+     then whitening over the batch's tokens; returns = advantages + values;
   3. update: `num_ppo_epochs` passes over the batch in `num_mini_batches` shuffled minibatches (each split
      into train.gradient_accumulation_steps micro-batches), one AdamW step per minibatch on
      -min(ratio * A, clip(ratio, 1 +- cliprange) * A) + vf_coef * the clipped value loss (cliprange_value).
@@ -21,7 +22,10 @@ The arithmetic is in rlft/methods/ppo_math.py, checked against numbers computed 
 Where it departs from the paper (Schulman et al. 2017, as used for RLHF by Ziegler et al. 2019):
   - an episode is one response and an action one token; the reward arrives once, at the end, and the KL
     penalty to the reference is folded into every token's reward (Ziegler et al.), with a fixed kl_coef
-    (the paper's adaptive KL controller is not implemented);
+    (the paper's adaptive KL controller is not implemented); a DPO-trained (implicit) reward model is a sum
+    of per-token log-ratios, and rlft puts each on its token (Rafailov et al. 2024, "From r to Q*", read it
+    as a token-level reward), so a token's advantage does not carry the log-ratios of the tokens before it
+    (rlft.methods.ppo_setup.token_reward says why and when);
   - the advantages are whitened per batch, and gamma is 1.0 by default (episodes are a few dozen tokens);
   - the value model is a separate network (a one-output score head on its own copy of the backbone,
     initialised from the policy's weights, head zeroed) rather than a second head on the policy;
