@@ -349,7 +349,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         # with a reward model and a held-out truth (watch.holdout + watch.holdout_verifier): rlft/reward_model/truth.py
         "min_reward_agreement": Field("float", 0.6, "refuse to start (exit 3) when the reward model orders fewer "
                                       "of the truth's pairs of the start policy's sampled replies right (0.5 is "
-                                      "chance; 0: never refuse)", minimum=0.0, maximum=1.0),
+                                      "chance); an implicit reward model scored per token is gated instead by "
+                                      "its own policy's greedy truth against the start's; 0 turns both checks "
+                                      "off", minimum=0.0, maximum=1.0),
         "agreement_prompts": Field("int", 32, "held-out prompts sampled for that check", minimum=1),
         "agreement_samples": Field("int", 4, "replies sampled per prompt for that check", minimum=2),
     },

@@ -10,8 +10,9 @@ test.jsonl). Every stage is the real `rlft` command in a subprocess, with the sh
 truth of greedy replies on every test prompt is measured before (the SFT model) and after each method; the table
 (OUT/demo_prefs.md, OUT/demo_prefs.json) has truth before -> after, the gain in points, wall time and what each
 run kept (a run whose held-out truth never beat its start keeps the SFT model, and says so). PPO may refuse to
-start (exit 3) when the reward model agrees with the truth near chance on the SFT model's samples; the table
-then says so and gives the numbers.
+start (exit 3): with the shipped implicit reward model when that model's own policy is no better than the SFT
+model under the truth, with a score head when it agrees with the truth near chance on the SFT model's samples;
+the table then says so and gives the numbers.
 """
 
 from __future__ import annotations

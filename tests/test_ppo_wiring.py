@@ -295,7 +295,7 @@ def test_token_rewards_land_on_their_tokens_and_the_reply_score_is_their_sum(tmp
     reward of a reply is the sum of its tokens' rewards."""
     import torch
 
-    cfg = ppo_cfg(tmp_path, "ppo.kl_coef=0.0", "ppo.lam=1.0", "ppo.missing_eos_penalty=0.0")
+    cfg = ppo_cfg(tmp_path, "ppo.kl_coef=0.0", "ppo.lam=1.0", "ppo.missing_eos_penalty=0.5")
     torch.manual_seed(0)
     tok, policy, ref, value = ppo_setup.build_networks(cfg)
     recorded = []
@@ -307,10 +307,14 @@ def test_token_rewards_land_on_their_tokens_and_the_reply_score_is_their_sum(tmp
     ro = ppo_rollout.rollout(policy, value, ref, tok, ROWS, never, cfg, "cpu", fake,
                              lambda i, p, c, r: recorded.append(r))
     assert fake.calls >= 1 and recorded == [[1.0] * len(ROWS)]
-    assert torch.allclose(ro.scores, torch.ones(len(ROWS)))
-    expected = torch.zeros_like(ro.returns)
-    expected[:, 0] = 1.0
-    assert torch.allclose(ro.returns, expected * ro.mask), ro.returns
+    unended = 1.0 - ro.scores  # 0.5 where the reply never emitted eos (the penalty), else 0
+    assert set(unended.tolist()) <= {0.0, 0.5} and unended.sum() > 0, ro.scores  # 6 tokens: some run past it
+    # per token: +1 on the first; the missing-eos penalty, and only it, on the last real token
+    rewards = torch.zeros_like(ro.returns)
+    rewards[:, 0] = 1.0
+    rewards[torch.arange(len(ROWS)), ro.mask.sum(1).long() - 1] -= unended
+    expected = rewards.flip(1).cumsum(1).flip(1) * ro.mask  # the reward still to come
+    assert torch.allclose(ro.returns, expected), (ro.returns, expected)
     # the same rollout scored once at the end (the sequence path): every token's return is the reply's score
     ro2 = ppo_rollout.rollout(policy, value, ref, tok, ROWS, constant_reward, cfg, "cpu")
-    assert torch.allclose(ro2.returns, ro2.mask), ro2.returns
+    assert torch.allclose(ro2.returns, ro2.scores[:, None] * ro2.mask), ro2.returns

@@ -158,17 +158,22 @@ def test_an_implicit_reward_model_scores_pairs_as_its_dpo_run_does_and_feeds_ppo
     assert json.loads((tmp_path / "ppo" / "summary.json").read_text())["status"] == "completed"
     metrics = [json.loads(line) for line in (tmp_path / "ppo" / "metrics.jsonl").read_text().splitlines()]
     assert any(m.get("reward", 0.0) != 0.0 for m in metrics), metrics  # the summed log-ratios, not zeros
-    # asked for with a reward it cannot apply to: one line, exit 2, nothing written
     # rlft verify reports, beside the agreement, the reward model's own policy against the start (PPO's pre-flight)
     r = cli("verify", "support_policy", "-d", DATA / "support/store/test.jsonl", "--reward-model", out, "--model",
             tiny_dir, "--limit", "3", "--samples", "2", "--max-new-tokens", "4", "--json")
     assert r.code == 0, r.text
     checked = json.loads(r.out.strip().splitlines()[-1])
     assert checked["gain_prompts"] == 3 and 0.0 <= checked["reward_policy_truth"] <= 1.0, checked
+    # asked for with a reward it cannot apply to: one line, exit 2, nothing written
     r = cli("ppo", "--model", tiny_dir, "--verifier", "math", "--reward-model", out, "--prompts",
             DATA / "arith/grpo_prompts.jsonl", "-o", tmp_path / "ppo-refused", "--max-steps", "1", "--set",
             "ppo.token_rewards=true")
     assert r.code == 2 and "ppo.token_rewards" in r.text and not (tmp_path / "ppo-refused").exists(), r.text
+    # unset, with a verifier beside it: the reply is scored once (the sum of verifier and reward model)
+    r = cli("ppo", "--model", tiny_dir, "--verifier", "math", "--reward-model", out, "--prompts",
+            DATA / "arith/grpo_prompts.jsonl", "-o", tmp_path / "ppo-sum", "--max-steps", "1", "--batch-size", "4",
+            "--set", "ppo.response_length=6", "--set", "watch.auto_holdout=false")
+    assert r.code == 0 and "each sampled token" not in r.text, r.text
 
 
 def test_an_implicit_lora_reward_model_takes_its_adapters_base_as_reference(cli, tmp_path, tiny_dir):

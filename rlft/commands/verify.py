@@ -138,7 +138,11 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
     from rlft.reward_model.implicit import ImplicitReward
 
     gain = None
-    if isinstance(rm.load(), ImplicitReward):  # where PPO with per-token rewards goes: the model's own policy
+    from rlft.models import load_tokenizer, resolve_model_path
+
+    # where PPO with per-token rewards goes: the model's own policy (generated with --model's tokenizer, so only
+    # where the two read the same token ids)
+    if isinstance(rm.load(), ImplicitReward) and rm.load().same_tokens_as(load_tokenizer(resolve_model_path(model))):
         from rlft.reward_model.truth import policy_gain
 
         gain = policy_gain(model, rm.load().policy, rows, spec, max_new_tokens)

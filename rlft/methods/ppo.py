@@ -35,8 +35,8 @@ Where it departs from TRL's old PPOTrainer (trl <= 1.12, trl.experimental.ppo):
   - the same data as the other rlft methods: text or chat prompts with gold fields, rendered like
     GRPO renders them; no pre-tokenised `input_ids`; stopping at eos is the default, not opt-in;
   - the reward can be a verifier (any rlft verifier spec) as well as a reward model (TRL issue #3093); a
-    reward model is scored through rlft.reward_model.scoring.score on the decoded text, so the reward model need not
-    share the policy's tokenizer;
+    score-head reward model is scored through rlft.reward_model.scoring.score on the decoded text, so it need
+    not share the policy's tokenizer (an implicit one scored per token reads the policy's own token ids);
   - the score goes on the response's last real token (its eos), not one position past it, and the value is
     fitted on exactly the response's tokens (TRL's `padding_mask_p1` put both on a padding position);
   - the training forward keeps only the response's logits (`logits_to_keep`): the prompt's logits are never
@@ -188,8 +188,7 @@ def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
     at kl_coef = its beta the optimum is the reward model's own policy, so that policy's greedy truth must beat
     the start's (rlft.reward_model.truth.policy_gain). The agreement is printed either way: it says how well
     the summed reward ranks sampled replies, which per-token credit does not need."""
-    from rlft.models import load_tokenizer
-    from rlft.reward_model.implicit import ImplicitReward
+    from rlft.methods.ppo_setup import uses_token_rewards
     from rlft.reward_model.scoring import RewardModelReward
     from rlft.reward_model.truth import check_agreement, check_policy_gain, policy_agreement, policy_gain, truth_rows
     from rlft.run.folder import process_console
@@ -204,8 +203,7 @@ def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
                          seed=int(cfg.train.seed or 0))
     console.print(a.line(), highlight=False)
     scorer = reward.load()
-    if p.get("token_rewards") is not False and isinstance(scorer, ImplicitReward) and \
-            scorer.same_tokens_as(load_tokenizer(cfg.model.name_or_path)):
+    if uses_token_rewards(cfg, scorer):
         # on the held-out check's rows (a store's 150 test prompts): 32 prompts read a 10-point gain as a loss
         checked = truth_rows(cfg.watch.holdout, spec, int(cfg.watch.get("holdout_max_rows") or 100),
                              bool(cfg.data.get("as_chat")))

@@ -9,7 +9,7 @@ per-token KL penalty; Schulman et al. 2016 for GAE):
 
   ratio_t   = pi(a_t|s_t) / pi_old(a_t|s_t)
   L_clip    = min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)       (maximised; the loss is -L_clip)
-  r_t       = -beta * (log pi_old(a_t) - log pi_ref(a_t))  [+ score on the last token]
+  r_t       = -beta * (log pi_old(a_t) - log pi_ref(a_t))  [+ score on the last token, or a per-token score]
   delta_t   = r_t + gamma * V(s_{t+1}) - V(s_t),   V = 0 after the last token
   A_t       = delta_t + gamma * lam * A_{t+1}
   returns   = A + V

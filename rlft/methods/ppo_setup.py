@@ -46,32 +46,59 @@ def check_config(cfg: RunConfig) -> None:
                                                   if p.reward_model else "missing"),
                             "train the reward model with --set reward.objective=implicit and pass it alone as "
                             "--reward-model, or drop ppo.token_rewards")
+        if not tokens_match(cfg):
+            raise UserError(f"ppo.token_rewards: the reward model {p.reward_model} reads other token ids than the "
+                            "policy (another vocabulary or chat template)",
+                            "drop ppo.token_rewards (the reply is then scored as text, once)")
+
+
+def tokens_match(cfg: RunConfig) -> bool:
+    """Whether the reward model's tokenizer and the policy's give the same ids (tokenizers only: no weights)."""
+    from rlft.models import load_tokenizer, resolve_model_path
+    from rlft.reward_model.implicit import same_tokens
+
+    return same_tokens(load_tokenizer(resolve_model_path(cfg.ppo.reward_model)),
+                       load_tokenizer(resolve_model_path(cfg.model.name_or_path)))
+
+
+def uses_token_rewards(cfg: RunConfig, scorer) -> bool:
+    """Whether the run's reward is `scorer`'s per-token log-ratios (ppo.token_rewards; unset: on for an implicit
+    reward model alone, with the policy's tokens). One answer for the pre-flight and the loop."""
+    from rlft.reward_model.implicit import ImplicitReward
+
+    wanted = cfg.ppo.get("token_rewards")
+    if wanted is False or cfg.ppo.verifiers or not isinstance(scorer, ImplicitReward):
+        return False
+    return bool(wanted) or tokens_match(cfg)
 
 
 def token_reward(cfg: RunConfig, reward_fn: Callable, tok, console: Console):
     """The implicit reward model whose per-token log-ratios are the run's reward (ppo.token_rewards), or None.
 
     Why per token: PPO with kl_coef = beta against r = beta * log(pi_rm / pi_ref) summed over a reply has pi_rm
-    as its optimum (the DPO paper's equivalence); put on each sampled token, the advantage of a token carries
-    that token's own log-ratio and not the noise of every token before it, so the decision tokens where the
-    reward model's policy differs from the start stand out. Unset, it is on for an implicit reward model alone
-    that reads the policy's token ids (same vocabulary and chat template)."""
-    from rlft.reward_model.implicit import ImplicitReward
+    as its optimum (the DPO paper's equivalence; exactly so only with the k1 KL estimate at temperature 1, with
+    the reward model's reference as PPO's start, and kl_coef equal to its beta: a line says when one differs);
+    put on each sampled token, the advantage of a token carries that token's own log-ratio and not the noise of
+    every token before it, so the decision tokens where the reward model's policy differs from the start stand
+    out. Unset, it is on for an implicit reward model alone that reads the policy's token ids (same vocabulary
+    and chat template); with verifiers beside it the reply is scored once (check_config refuses `true` there)."""
+    scorer = reward_fn.load() if hasattr(reward_fn, "load") else None
+    if not uses_token_rewards(cfg, scorer):
+        from rlft.reward_model.implicit import ImplicitReward
 
-    wanted = cfg.ppo.get("token_rewards")
-    scorer = reward_fn.load() if wanted is not False and hasattr(reward_fn, "load") else None
-    if not isinstance(scorer, ImplicitReward):
+        if isinstance(scorer, ImplicitReward) and cfg.ppo.get("token_rewards") is None and not cfg.ppo.verifiers:
+            console.print("reward: the implicit reward model tokenises differently from the policy, so each reply "
+                          "is scored once, on its last token", highlight=False)
         return None
-    if not scorer.same_tokens_as(tok):
-        if wanted:
-            raise UserError(f"ppo.token_rewards: the reward model {cfg.ppo.reward_model} reads other token ids "
-                            "than the policy (another vocabulary or chat template)",
-                            "drop ppo.token_rewards (the reply is then scored as text, once)")
-        console.print("reward: the implicit reward model tokenises differently from the policy, so each reply is "
-                      "scored once, on its last token", highlight=False)
-        return None
+    p = cfg.ppo
     console.print("reward: the implicit reward model's log-ratio on each sampled token (ppo.token_rewards)",
                   highlight=False)
+    off = [f"kl_coef {p.kl_coef:g} is not its beta {scorer.beta:g}"] if abs(p.kl_coef - scorer.beta) > 1e-9 else []
+    off += [f"the KL is estimated at temperature {p.temperature:g}"] if p.temperature != 1.0 else []
+    off += ["the KL estimator is k3"] if p.kl_estimator == "k3" else []
+    if off:
+        console.print("  note: PPO's optimum is the reward model's own policy only roughly here (" + "; ".join(off)
+                      + ")", highlight=False)
     return scorer
 
 

@@ -79,12 +79,20 @@ def sequence_logps(model, rows: Sequence[tuple[list[int], list[int]]], pad: int,
     return out
 
 
+def same_tokens(a, b) -> bool:
+    """Whether two tokenizers give the same ids to the same text and chat (vocabulary and chat template)."""
+    return a.get_vocab() == b.get_vocab() and getattr(a, "chat_template", None) == getattr(b, "chat_template", None)
+
+
 def token_logps(model, args: dict, width: int):
     """Log-probs (temperature 1) of the last `width` tokens of args["input_ids"] under `model`, (B, width)."""
     import torch
 
+    from rlft.speed.decode import last_positions
+
     ids = args["input_ids"]
-    logits = model(**args, use_cache=False).logits[:, -width - 1:-1].float()
+    keep = last_positions(model, ids, width + 1)  # the reply's positions only: no prompt logits
+    logits = model(**args, use_cache=False, logits_to_keep=keep).logits[:, -width - 1:-1].float()
     return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, -width:].unsqueeze(-1))[..., 0]
 
 
@@ -159,8 +167,7 @@ class ImplicitReward:
 
     def same_tokens_as(self, tok) -> bool:
         """Whether a policy with tokenizer `tok` samples the token ids this model reads (token_rewards)."""
-        return self.tok.get_vocab() == tok.get_vocab() and \
-            getattr(self.tok, "chat_template", None) == getattr(tok, "chat_template", None)
+        return same_tokens(self.tok, tok)
 
     def __call__(self, completions: list, prompts: list | None = None, **_: Any) -> list[float]:
         if prompts is None:

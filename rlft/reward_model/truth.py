@@ -155,14 +155,19 @@ class PolicyGain:
     prompts: int
     start: float
     reward_policy: float
+    gained: int | None = None  # prompts the reward model's policy passes and the start fails
+    lost: int | None = None  # and the other way round
 
     def as_dict(self) -> dict[str, Any]:
         return {"gain_prompts": self.prompts, "start_truth": round(self.start, 4),
-                "reward_policy_truth": round(self.reward_policy, 4)}
+                "reward_policy_truth": round(self.reward_policy, 4), "gain_prompts_gained": self.gained,
+                "gain_prompts_lost": self.lost}
 
     def line(self) -> str:
-        return (f"the reward model's own policy (PPO's optimum at kl_coef = its beta, per-token rewards) passes "
-                f"{self.reward_policy:.3f} of {self.prompts} prompts greedily, the start {self.start:.3f}")
+        moved = f" ({self.gained} prompts gained, {self.lost} lost)" if self.gained is not None else ""
+        return (f"the reward model's own policy (about PPO's optimum at kl_coef = its beta, per-token rewards) "
+                f"passes {self.reward_policy:.3f} of {self.prompts} prompts greedily, the start "
+                f"{self.start:.3f}{moved}")
 
 
 def policy_gain(policy_path: str, reward_policy, rows: list[dict], spec: str, max_new_tokens: int) -> PolicyGain:
@@ -174,9 +179,11 @@ def policy_gain(policy_path: str, reward_policy, rows: list[dict], spec: str, ma
 
     truth, _ = load_verifiers([spec])
     tok = load_tokenizer(policy_path)
-    start = evaluate_rows(load_for_inference(policy_path), tok, rows, truth, max_new_tokens).pass_at_1
-    mine = evaluate_rows(reward_policy, tok, rows, truth, max_new_tokens).pass_at_1
-    return PolicyGain(len(rows), start, mine)
+    start = evaluate_rows(load_for_inference(policy_path), tok, rows, truth, max_new_tokens)
+    mine = evaluate_rows(reward_policy, tok, rows, truth, max_new_tokens)
+    pairs = [(a["reward"] >= 1.0, b["reward"] >= 1.0) for a, b in zip(start.samples, mine.samples)]
+    return PolicyGain(len(rows), start.pass_at_1, mine.pass_at_1, sum(b and not a for a, b in pairs),
+                      sum(a and not b for a, b in pairs))
 
 
 def check_policy_gain(g: PolicyGain, reward_model: str) -> None:
@@ -185,7 +192,9 @@ def check_policy_gain(g: PolicyGain, reward_model: str) -> None:
     if g.reward_policy <= g.start:
         raise RewardModelRefused(
             f"the implicit reward model {reward_model}'s own policy passes {g.reward_policy:.3f} of {g.prompts} "
-            f"held-out prompts, the start {g.start:.3f}: PPO toward it has nothing to gain",
+            f"held-out prompts, the start {g.start:.3f}"
+            + (f" ({g.gained} gained, {g.lost} lost)" if g.gained is not None else "")
+            + ": PPO toward it has nothing to gain",
             "train the reward model longer or on more pairs (its DPO run must beat the start), or use DPO on the "
             "same pairs (rlft dpo); to run anyway: --set ppo.min_reward_agreement=0")
 
