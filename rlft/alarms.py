@@ -325,9 +325,8 @@ def dpo_drift(history: History, th: Thresholds) -> Alarm | None:
     return Alarm("dpo_drift", chosen[-1][0],
                  f"chosen log-prob fell {drop:.2f} nats ({chosen[0][1]:.3g} -> {chosen[-1][1]:.3g}) while the "
                  f"reward margin grew {grew:.3g} over steps {chosen[0][0]}-{chosen[-1][0]}", evidence,
-                 f"lower the learning rate or epochs, add an SFT term on the chosen answers (--set {section}."
-                 f"loss_type=[sigmoid,sft]) or, where it has one, raise its weight ({section}.loss_weights), and "
-                 "read generated answers, not the loss")
+                 f"lower the learning rate or epochs, add an SFT term on the chosen answers (--set {section}.loss_type="
+                 f"[sigmoid,sft]; where it has one, raise {section}.loss_weights), and read generated answers")
 
 
 def kto_drift(history: History, th: Thresholds) -> Alarm | None:

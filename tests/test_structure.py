@@ -250,7 +250,8 @@ MAX_FLAT_MODULES = 19  # modules flat in rlft/ (besides __init__ and __main__); 
 # methods.ppo_rollout: decode).
 SPEED_CALLERS = {"rlft.models", "rlft.evaluate", "rlft.methods.common", "rlft.methods.group_rl", "rlft.methods.ppo",
                  "rlft.commands.options", "rlft.methods.bootstrap", "rlft.methods.bootstrap_sampling",
-                 "rlft.dspy.engine", "rlft.dspy.reinforce", "rlft.methods.ppo_rollout", "rlft.methods.sft"}
+                 "rlft.dspy.engine", "rlft.dspy.reinforce", "rlft.methods.ppo_rollout", "rlft.methods.sft",
+                 "rlft.reward_model.implicit"}  # implicit: the reply's logits only (decode.last_positions), as PPO
 
 
 def test_package_layout():
