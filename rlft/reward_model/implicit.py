@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rlft.errors import UserError
 
@@ -125,22 +125,27 @@ class ImplicitReward:
             self.reference.to(device)
         return self
 
-    def logps(self, rows: list[tuple[list[int], list[int]]]) -> tuple[list[float], list[float]]:
-        """(policy, reference) summed reply log-probs of `rows`."""
-        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
+    def _both(self, fn: Callable) -> tuple[Any, Any]:
+        """(fn(policy), fn(reference)) with the policy in eval mode; with no reference model the reference is
+        the policy with its adapter disabled."""
         was_training = self.policy.training
         self.policy.eval()
         try:
-            mine = sequence_logps(self.policy, rows, pad)
+            mine = fn(self.policy)
             if self.reference is not None:
-                ref = sequence_logps(self.reference, rows, pad)
+                ref = fn(self.reference)
             else:
                 with self.policy.disable_adapter():
-                    ref = sequence_logps(self.policy, rows, pad)
+                    ref = fn(self.policy)
         finally:
             if was_training:
                 self.policy.train()
         return mine, ref
+
+    def logps(self, rows: list[tuple[list[int], list[int]]]) -> tuple[list[float], list[float]]:
+        """(policy, reference) summed reply log-probs of `rows`."""
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
+        return self._both(lambda model: sequence_logps(model, rows, pad))
 
     def token_rewards(self, input_ids, attention_mask, position_ids, width: int):
         """beta * (log pi(y_t) - log pi_ref(y_t)) of each of the last `width` tokens of `input_ids` (B, width):
@@ -150,19 +155,8 @@ class ImplicitReward:
         import torch
 
         args = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
-        was_training = self.policy.training
-        self.policy.eval()
-        try:
-            with torch.no_grad():
-                mine = token_logps(self.policy, args, width)
-                if self.reference is not None:
-                    ref = token_logps(self.reference, args, width)
-                else:
-                    with self.policy.disable_adapter():
-                        ref = token_logps(self.policy, args, width)
-        finally:
-            if was_training:
-                self.policy.train()
+        with torch.no_grad():
+            mine, ref = self._both(lambda model: token_logps(model, args, width))
         return self.beta * (mine - ref)
 
     def same_tokens_as(self, tok) -> bool:
