@@ -135,17 +135,15 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
             out["pair_accuracy_prompt_swapped"] = round(swapped, 4)
     a = policy_agreement(model, rm, rows, spec, samples, max_new_tokens, temperature)
     out.update(a.as_dict())
-    from rlft.reward_model.implicit import ImplicitReward
-
-    gain = None
     from rlft.models import load_tokenizer, resolve_model_path
+    from rlft.reward_model.implicit import ImplicitReward
+    from rlft.reward_model.truth import policy_gain
 
     # where PPO with per-token rewards goes: the model's own policy (generated with --model's tokenizer, so only
     # where the two read the same token ids)
-    if isinstance(rm.load(), ImplicitReward) and rm.load().same_tokens_as(load_tokenizer(resolve_model_path(model))):
-        from rlft.reward_model.truth import policy_gain
-
-        gain = policy_gain(model, rm.load().policy, rows, spec, max_new_tokens)
+    scorer, gain = rm.load(), None
+    if isinstance(scorer, ImplicitReward) and scorer.same_tokens_as(load_tokenizer(resolve_model_path(model))):
+        gain = policy_gain(model, scorer.policy, rows, spec, max_new_tokens)
         out.update(gain.as_dict())
     if json_out:
         typer.echo(json.dumps(out))

@@ -61,15 +61,17 @@ def tokens_match(cfg: RunConfig) -> bool:
                        load_tokenizer(resolve_model_path(cfg.model.name_or_path)))
 
 
-def uses_token_rewards(cfg: RunConfig, scorer) -> bool:
+def uses_token_rewards(cfg: RunConfig, scorer, tok=None) -> bool:
     """Whether the run's reward is `scorer`'s per-token log-ratios (ppo.token_rewards; unset: on for an implicit
-    reward model alone, with the policy's tokens). One answer for the pre-flight and the loop."""
+    reward model alone that reads the policy's tokens, `tok` or the policy's tokenizer loaded here). One answer
+    for the pre-flight and the loop."""
+    from rlft.models import load_tokenizer, resolve_model_path
     from rlft.reward_model.implicit import ImplicitReward
 
     wanted = cfg.ppo.get("token_rewards")
     if wanted is False or cfg.ppo.verifiers or not isinstance(scorer, ImplicitReward):
         return False
-    return bool(wanted) or tokens_match(cfg)
+    return bool(wanted) or scorer.same_tokens_as(tok or load_tokenizer(resolve_model_path(cfg.model.name_or_path)))
 
 
 def token_reward(cfg: RunConfig, reward_fn: Callable, tok, console: Console):
@@ -83,7 +85,7 @@ def token_reward(cfg: RunConfig, reward_fn: Callable, tok, console: Console):
     out. Unset, it is on for an implicit reward model alone that reads the policy's token ids (same vocabulary
     and chat template); with verifiers beside it the reply is scored once (check_config refuses `true` there)."""
     scorer = reward_fn.load() if hasattr(reward_fn, "load") else None
-    if not uses_token_rewards(cfg, scorer):
+    if not uses_token_rewards(cfg, scorer, tok):
         from rlft.reward_model.implicit import ImplicitReward
 
         if isinstance(scorer, ImplicitReward) and cfg.ppo.get("token_rewards") is None and not cfg.ppo.verifiers:
