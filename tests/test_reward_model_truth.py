@@ -236,3 +236,74 @@ def test_an_implicit_reward_model_whose_policy_is_no_better_than_the_start_is_re
     assert refused.value.exit_code == 3 and "nothing to gain" in str(refused.value)
     check_policy_gain(PolicyGain(150, 0.273, 0.373), "RM")  # +10 points: PPO may start
     assert "0.373 of 150" in PolicyGain(150, 0.273, 0.373).line()
+
+
+def test_ppo_reuses_what_rlft_reward_measured_only_for_the_same_models_prompts_and_settings(cli, store_runs,
+                                                                                             tmp_path, monkeypatch):
+    """rlft reward records its end-of-run truth checks beside the weights (rlft.reward_model.measured); PPO's
+    pre-flight takes them instead of measuring again only when the reward model, start, truth file and settings
+    are the same. The recorded numbers are what the gate reads (a record edited to a loss refuses), and a truth
+    file with other bytes, another seed or other weights is measured afresh."""
+    from rlft.reward_model.measured import MEASURED, weights_digest
+
+    rm = tmp_path / "irm"
+    checks = ("--set", "reward.truth_prompts=3", "--set", "reward.truth_samples=2", "--set",
+              "reward.truth_max_new_tokens=4", "--set", "reward.truth_policy_prompts=3", "--set",
+              "reward.truth_temperature=0.7")
+    r = cli("reward", "--pairs", STORE / "pairs_train.jsonl", "--model", store_runs["chat"], "-o", rm,
+            "--max-steps", "2", "--batch-size", "4", "--set", "reward.objective=implicit", "--set",
+            "reward.max_length=400", "--set", "data.as_chat=true", "--set", "data.max_rows=8", "--set",
+            "watch.auto_holdout=false", "--set", f"reward.truth_data={STORE / 'test.jsonl'}", *checks)
+    assert r.code == 0, r.text
+    record = json.loads((rm / MEASURED).read_text())
+    assert record["reward_model"] == weights_digest(rm) and set(record) >= {"agreement", "gain"}, record
+
+    def ppo(name, truth=STORE / "test.jsonl", *extra):
+        return cli("ppo", "--model", store_runs["chat"], "--reward-model", rm, "--prompts", STORE / "test.jsonl",
+                   "--holdout", truth, "--holdout-verifier", "support_policy", "--max-steps", "2", "--batch-size",
+                   "4", "-o", tmp_path / name, "--set", "data.as_chat=true", "--set", "ppo.response_length=4",
+                   "--set", "ppo.temperature=0.7", "--set", "ppo.agreement_prompts=3", "--set",
+                   "ppo.agreement_samples=2", "--set", "watch.holdout_max_rows=3", "--set",
+                   "watch.holdout_max_new_tokens=4", "--set", "ppo.verifiers=[]", *extra)
+
+    record["gain"]["value"].update(start=1.0, reward_policy=0.0, gained=0, lost=3)  # edited: a loss on every prompt
+    (rm / MEASURED).write_text(json.dumps(record))
+    r = ppo("recalled")
+    assert r.code == 3 and "as rlft reward measured it" in r.text, r.text
+    assert "passes 0.000 of 3 held-out prompts, the start 1.000" in r.err and not (tmp_path / "recalled").exists()
+    # the same truth with one more byte: measured afresh (the recorded loss is not read)
+    other = tmp_path / "test.jsonl"
+    other.write_text((STORE / "test.jsonl").read_text() + "\n")
+    r = ppo("fresh", other)
+    assert "as rlft reward measured it" not in r.text and "the start 1.000" not in r.text, r.text
+    # another seed: the sampled agreement is measured again, the greedy comparison (no seed) is recalled
+    r = ppo("seeded", STORE / "test.jsonl", "--set", "train.seed=5")
+    assert r.code == 3 and r.text.count("as rlft reward measured it") == 1, r.text
+    # --resume needs a checkpoint, so the run passed the pre-flight (or was let past it) when it began: not again
+    import signal
+    from contextlib import contextmanager
+
+    import rlft.run.folder
+
+    class SignalledAtOnce(rlft.run.folder.Interrupt):
+        @contextmanager
+        def installed(self):
+            self.signum = signal.SIGTERM
+            yield self
+
+    with monkeypatch.context() as m:
+        m.setattr(rlft.run.folder, "Interrupt", SignalledAtOnce)
+        r = ppo("resumed", STORE / "test.jsonl", "--set", "ppo.min_reward_agreement=0")
+    assert r.code == 128 + signal.SIGTERM, r.text
+    r = ppo("resumed", STORE / "test.jsonl", "--resume")
+    assert r.code == 0 and "as rlft reward measured it" not in r.text, r.text
+    # other weights in the folder: nothing recalled
+    from safetensors.torch import load_file, save_file
+
+    weights = next(rm.glob("*.safetensors"))
+    tensors = load_file(weights)
+    first = sorted(tensors)[0]
+    tensors[first] = tensors[first] + 1e-3
+    save_file(tensors, weights, metadata={"format": "pt"})
+    r = ppo("retrained")
+    assert r.code in (0, 3) and "as rlft reward measured it" not in r.text and "the start 1.000" not in r.text, r.text

@@ -160,7 +160,8 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
     from rlft.watch.setup import Holdout
 
     check_config(cfg)
-    if cfg.ppo.reward_model and cfg.watch.get("holdout") and (cfg.ppo.get("min_reward_agreement") or 0) > 0:
+    if cfg.ppo.reward_model and cfg.watch.get("holdout") and (cfg.ppo.get("min_reward_agreement") or 0) > 0 \
+            and not resume:  # --resume needs a checkpoint: the run passed the check (or was let past) when it began
         check_reward_model(cfg, console)  # before the run folder is touched: a refusal writes nothing
     run_, prepared = start_run(cfg, KIND, prepare, overwrite=overwrite, resume=resume, console=console)
     with run_.record.closing_on_error():  # from here on, any ending is recorded in summary.json
@@ -179,6 +180,10 @@ def run(cfg: RunConfig, *, overwrite: bool = False, resume: bool = False, consol
         return _train(run_, prepared.train_rows, heldout_rows, scorer, budget)
 
 
+RECALLED = (" (as rlft reward measured it at its end: the same reward model, start model, prompts and settings; "
+            "rlft.reward_model.measured)")
+
+
 def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
     """The reward model against the held-out truth (watch.holdout scored by watch.holdout_verifier) on replies
     sampled from the start policy, the distribution PPO optimises (rlft.reward_model.truth); exit 3 when it is
@@ -189,30 +194,42 @@ def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
     the start's (rlft.reward_model.truth.policy_gain). The agreement is printed either way: it says how well
     the summed reward ranks sampled replies, which per-token credit does not need."""
     from rlft.methods.ppo_setup import uses_token_rewards
+    from rlft.reward_model import measured
+    from rlft.reward_model import truth as t
     from rlft.reward_model.scoring import RewardModelReward
-    from rlft.reward_model.truth import check_agreement, check_policy_gain, policy_agreement, policy_gain, truth_rows
     from rlft.run.folder import process_console
 
     console = process_console(console)
     spec = cfg.watch.get("holdout_verifier") or "math"
-    p = cfg.ppo
-    rows = truth_rows(cfg.watch.holdout, spec, int(p.get("agreement_prompts") or 32), bool(cfg.data.get("as_chat")))
+    p, as_chat, holdout = cfg.ppo, bool(cfg.data.get("as_chat")), cfg.watch.holdout
+    rows = t.truth_rows(holdout, spec, int(p.get("agreement_prompts") or 32), as_chat)
+    samples, temperature, seed = int(p.get("agreement_samples") or 4), float(p.temperature or 1.0), \
+        int(cfg.train.seed or 0)
+    start = cfg.model.name_or_path
+    a = measured.rebuilt(t.Agreement, measured.recall(p.reward_model, "agreement", measured.key(
+        start, holdout, spec, as_chat, prompts=len(rows), samples=samples, tokens=int(p.response_length),
+        temperature=temperature, seed=seed)))
     reward = RewardModelReward(p.reward_model)
-    a = policy_agreement(cfg.model.name_or_path, reward, rows, spec,
-                         int(p.get("agreement_samples") or 4), int(p.response_length), float(p.temperature or 1.0),
-                         seed=int(cfg.train.seed or 0))
-    console.print(a.line(), highlight=False)
+    if a is None:
+        a = t.policy_agreement(start, reward, rows, spec, samples, int(p.response_length), temperature, seed=seed)
+        console.print(a.line(), highlight=False)
+    else:
+        console.print(a.line() + RECALLED, highlight=False)
     scorer = reward.load()
     if uses_token_rewards(cfg, scorer):
         # on the held-out check's rows (a store's 150 test prompts): 32 prompts read a 10-point gain as a loss
-        checked = truth_rows(cfg.watch.holdout, spec, int(cfg.watch.get("holdout_max_rows") or 100),
-                             bool(cfg.data.get("as_chat")))
-        g = policy_gain(cfg.model.name_or_path, scorer.policy, checked, spec,
-                        int(cfg.watch.get("holdout_max_new_tokens") or p.response_length))
-        console.print(g.line(), highlight=False)
-        check_policy_gain(g, p.reward_model)
+        checked = t.truth_rows(holdout, spec, int(cfg.watch.get("holdout_max_rows") or 100), as_chat)
+        tokens = int(cfg.watch.get("holdout_max_new_tokens") or p.response_length)
+        g = measured.rebuilt(t.PolicyGain, measured.recall(p.reward_model, "gain", measured.key(
+            start, holdout, spec, as_chat, prompts=len(checked), tokens=tokens)))
+        if g is None:
+            g = t.policy_gain(start, scorer.policy, checked, spec, tokens)
+            console.print(g.line(), highlight=False)
+        else:
+            console.print(g.line() + RECALLED, highlight=False)
+        t.check_policy_gain(g, p.reward_model)
         return
-    check_agreement(a, float(p.min_reward_agreement), p.reward_model)
+    t.check_agreement(a, float(p.min_reward_agreement), p.reward_model)
 
 
 def _train(run_: Run, train_rows, heldout_rows, scorer, budget) -> RunResult:
