@@ -7,6 +7,8 @@
            PPO's baseline), `policy_gain` (an implicit reward model's own policy against the start: PPO's gate
            when it scores per token)
   implicit a DPO-trained model as the reward model: beta * log(pi / pi_ref), per reply or per token
+  measured what `rlft reward` measured against the truth at its end, recorded beside the weights with a digest
+           of everything it depends on, so PPO's pre-flight takes it instead of measuring it again
 
-Light at import: neither module imports torch or transformers at module level.
+Light at import: no module imports torch or transformers at module level.
 """
