@@ -239,6 +239,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "loss_type": Field("str_or_list", "sigmoid", "objective implicit: DPOTrainer's loss_type (e.g. [sigmoid, sft]: "
                            "DPO plus the chosen replies' NLL, as recipes/dpo_smollm2.yaml)", rlft_only=True),
         "loss_weights": Field("floats", None, "objective implicit: one weight per loss_type entry", rlft_only=True),
+        "reuse_dpo": Field("bool", True, "objective implicit: take the last model of a completed rlft dpo run that "
+                           "trained exactly this (same start weights, tokenized pairs, settings, library versions: "
+                           "rlft/run/reuse.py) instead of training it again", rlft_only=True),
         # the reward model against a truth on the start model's own sampled replies (rlft/reward_model/truth.py)
         "truth_data": Field("str", None, "held-out prompts + the truth's fields (e.g. a store's test.jsonl): at the "
                             "end, the reward model's agreement with truth_verifier on the start model's samples",

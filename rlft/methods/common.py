@@ -8,6 +8,10 @@ same in each (torchtune's setup/train/cleanup, without a class):
                                                     (returned, never written into the caller's list)
   build(cfg, out, prepared) -> trainer              the TRL trainer
   after(cfg, trainer, prepared, console) -> dict    extra final metrics (held-out scores), often {}
+and two optional ones, the two ends of rlft.run.reuse (the same training done once):
+  reused(cfg, trainer, console) -> dict | None     the model of a run that already did this training, put into
+                                                    the trainer's model instead of training (reward, implicit)
+  completed(cfg, trainer, out)                      after a completed, un-resumed run (dpo: records its model)
 and `train(cfg, module)` runs it: validated config + data -> prepare -> the run folder -> build -> train under
 signal handling -> save the final model -> summary.json and the report.
 
@@ -354,8 +358,13 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             _drop_printer(trainer)
             console.print(f"[bold]rlft {cfg.method}[/]: {len(rows)} rows -> {out}")
             start = time.time()
+            # a method may take the model of a run that already did this exact training (rlft.run.reuse)
+            reused = method.reused(cfg, trainer, console) if hasattr(method, "reused") and not ckpt else None
             with interrupt.installed():
-                result = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
+                if reused is None:
+                    result = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
+                else:
+                    trainer.state.global_step = reused["steps"]
             # the callback stays open: trainer.evaluate() below still logs through it (closed in `finally`)
             step = trainer.state.global_step
             alarms = [a["name"] for a in callback.alarms]
@@ -370,7 +379,11 @@ def train(cfg: RunConfig, method: ModuleType, *, overwrite: bool = False, resume
             if callback.timed_out:
                 kept["time_limit"] = callback.timed_out
             alarms = [a["name"] for a in callback.alarms]  # finish may add the end-of-run no_gain alarm
-            final = dict(result.metrics)
+            final = dict(result.metrics) if reused is None else {}
+            if reused is not None:
+                kept["reused_training"] = reused
+            elif ckpt is None and not callback.timed_out and run.main and hasattr(method, "completed"):
+                method.completed(cfg, trainer, out)  # e.g. DPO records its model for an implicit reward model
             if getattr(trainer, "eval_dataset", None) is not None:
                 evals = [h for h in trainer.state.log_history if "eval_loss" in h]
                 if evals and evals[-1].get("step") == step:  # the trainer just evaluated: reuse it

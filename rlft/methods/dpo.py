@@ -6,6 +6,8 @@ weights, or, under LoRA, the policy itself with its adapter disabled (one base m
 rlft never leaves `ref_model=None` on a full model: DPOTrainer would then reload the reference from
 `config._name_or_path`, which fails for a model built in memory and silently gives a wrong reference
 when that path points elsewhere. With policy == reference the first loss is ln 2 = 0.6931.
+A completed run records its last model for `rlft reward --set reward.objective=implicit` with the same start,
+pairs and settings, which is the same training (rlft.run.reuse).
 """
 
 from __future__ import annotations
@@ -29,3 +31,12 @@ def build(cfg: RunConfig, out: Path, prepared: Prepared):
 
 def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
     return {}
+
+
+def completed(cfg: RunConfig, trainer, out: Path) -> None:
+    """A completed, un-resumed run: record its last model as the result of this training, for an implicit reward
+    model trained the same way (rlft.run.reuse)."""
+    from rlft.run.reuse import register, training_key
+
+    register(training_key(cfg, trainer), out / "last" if (out / "last").is_dir() else out, out,
+             trainer.state.global_step)

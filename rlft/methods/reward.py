@@ -91,6 +91,23 @@ def build_implicit(cfg: RunConfig, out: Path, prepared: Prepared):
                        **overrides)
 
 
+def reused(cfg: RunConfig, trainer, console) -> dict | None:
+    """Objective implicit: the model of a completed rlft dpo run that trained exactly this (rlft.run.reuse), put
+    into `trainer`'s model instead of training; None (train) otherwise or with reward.reuse_dpo=false."""
+    if not implicit(cfg) or not cfg.reward.get("reuse_dpo", True):
+        return None
+    from rlft.run.reuse import load_adapter, lookup, training_key
+
+    found = lookup(training_key(cfg, trainer))
+    if found is None:
+        return None
+    load_adapter(trainer.model, found["folder"])
+    console.print(f"reward: rlft dpo already trained this model (same start, pairs and settings: {found['run']}); "
+                  f"its last model is this reward model, not trained again (--set reward.reuse_dpo=false trains)",
+                  highlight=False)
+    return {"run": found["run"], "folder": str(found["folder"]), "steps": found["steps"]}
+
+
 def scorer_of(cfg: RunConfig, trainer):
     """The trained reward model in memory as a reward function (completions, prompts=...) -> scores."""
     if implicit(cfg):

@@ -26,28 +26,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rlft.run.guard import weights_digest
+
 MEASURED = "truth_measured.json"
 VERSION = 1
-_WEIGHTS = ("*.safetensors", "*.bin")
-_CONFIGS = ("adapter_config.json", "config.json", "implicit_reward.json")
-
-
-def weights_digest(folder: str | Path) -> str | None:
-    """sha256 over a model folder's top-level weight files and the config files that say what they are (name and
-    bytes), None when `folder` is not a local folder with weights."""
-    path = Path(folder)
-    if not path.is_dir():
-        return None
-    files = sorted({f for pattern in _WEIGHTS for f in path.glob(pattern) if f.is_file()})
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for f in files + sorted(path / name for name in _CONFIGS if (path / name).is_file()):
-        digest.update(f.name.encode() + b"\0")
-        with f.open("rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-    return digest.hexdigest()
 
 
 def file_digest(path: str | Path) -> str | None:

@@ -238,6 +238,28 @@ def check_same_run(cfg, out: Path, saved_config: dict) -> None:
                             "another --output-dir")
 
 
+_WEIGHTS = ("*.safetensors", "*.bin")
+_CONFIGS = ("adapter_config.json", "config.json", "implicit_reward.json")  # what the weights are
+
+
+def weights_digest(folder: str | Path) -> str | None:
+    """sha256 over a model folder's top-level weight files and the config files that say what they are (name and
+    bytes), None when `folder` is not a local folder with weights."""
+    path = Path(folder)
+    if not path.is_dir():
+        return None
+    files = sorted({f for pattern in _WEIGHTS for f in path.glob(pattern) if f.is_file()})
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for f in files + sorted(path / name for name in _CONFIGS if (path / name).is_file()):
+        digest.update(f.name.encode() + b"\0")
+        with f.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
 def content_hash(name: str) -> str | None:
     """sha256 of a data file's bytes (of a folder's files, by name), None for a hub id."""
     path = Path(os.path.expanduser(str(name)))

@@ -1,0 +1,59 @@
+"""rlft.run.reuse: an implicit reward model is the same training as rlft dpo with the same start, pairs and settings,
+so `rlft reward` takes a completed DPO run's model instead of training it again. Tiny model with LoRA, a few steps."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import DATA
+
+PAIRS = ("--pairs", DATA / "arith/pairs_train.jsonl", "--eval-data", DATA / "arith/pairs_eval.jsonl")
+
+
+def _adapter(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def _same(a, b) -> bool:
+    return a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
+
+
+def test_an_implicit_reward_model_takes_the_dpo_runs_model_only_for_the_same_training(cli, tmp_path, tiny_dir):
+    common = ("--model", tiny_dir, *PAIRS, "--max-steps", "6", "--batch-size", "4", "--lr", "1e-3", "--set",
+              "data.max_rows=24", "--set", "model.lora.enabled=true")
+    dpo, trained, taken = tmp_path / "dpo", tmp_path / "rm-trained", tmp_path / "rm-taken"
+    r = cli("dpo", *common, "--set", "dpo.loss_type=[sigmoid,sft]", "--set", "dpo.loss_weights=[1,3]", "--set",
+            "dpo.max_length=32", "--holdout", DATA / "arith/test.jsonl", "--set", "watch.holdout_every=2", "--set",
+            "watch.holdout_max_rows=10", "--set", "train.eval_steps=3", "-o", dpo)
+    assert r.code == 0, r.text
+    last = dpo / "last" if (dpo / "last").is_dir() else dpo
+    implicit = (*common, "--set", "reward.objective=implicit", "--set", "reward.loss_type=[sigmoid,sft]", "--set",
+                "reward.loss_weights=[1,3]", "--set", "reward.max_length=32", "--set", "watch.holdout_every=3",
+                "--set", "train.eval_steps=6")
+    # trained anyway: the same weights, bit for bit, whatever checks and evals either run did
+    r = cli("reward", *implicit, "--set", "reward.reuse_dpo=false", "-o", trained)
+    assert r.code == 0 and "already trained" not in r.text, r.text
+    assert _same(_adapter(trained), _adapter(last))
+    # taken: one line says so, the folder holds that model and reports on it as a trained run does
+    r = cli("reward", *implicit, "-o", taken)
+    assert r.code == 0 and "rlft dpo already trained this model" in r.text, r.text
+    assert _same(_adapter(taken), _adapter(last))
+    summary = json.loads((taken / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["global_step"] == 6, summary
+    assert summary["reused_training"]["run"] == str(dpo.resolve()), summary
+    assert summary["final_metrics"]["heldout_pair_accuracy"] == json.loads(
+        (trained / "summary.json").read_text())["final_metrics"]["heldout_pair_accuracy"]
+    # another learning rate is another training: trained
+    r = cli("reward", *implicit, "--lr", "5e-4", "-o", tmp_path / "rm-lr")
+    assert r.code == 0 and "already trained" not in r.text, r.text
+    # the DPO folder trained again (other weights): its record no longer holds, so the reward model trains
+    state = _adapter(last)
+    first = sorted(state)[0]
+    state[first] = state[first] + 1e-3
+    from safetensors.torch import save_file
+
+    save_file(state, str(last / "adapter_model.safetensors"), metadata={"format": "pt"})
+    r = cli("reward", *implicit, "-o", tmp_path / "rm-after")
+    assert r.code == 0 and "already trained" not in r.text, r.text
