@@ -1,4 +1,5 @@
-"""PPO, part 1 of 3: what happens before training: reward, config checks, memory estimate, the networks.
+"""PPO, part 1 of 3: what happens before training: reward, config checks, the reward model's pre-flight, memory
+estimate, the networks.
 
 The method is described in rlft/methods/ppo.py (the loop); the rollout and losses are in ppo_rollout.py, the
 arithmetic in ppo_math.py.
@@ -234,3 +235,54 @@ def build_networks(cfg: RunConfig):
         for m in (policy, value):
             m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return tok, policy, ref, value
+
+
+RECALLED = (" (as rlft reward measured it at its end: the same reward model, start model, prompts and settings; "
+            "rlft.reward_model.measured)")
+
+
+def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
+    """The reward model against the held-out truth (watch.holdout scored by watch.holdout_verifier) on replies
+    sampled from the start policy, the distribution PPO optimises (rlft.reward_model.truth); exit 3 when it is
+    near chance (ppo.min_reward_agreement).
+
+    An implicit reward model scored per token (ppo.token_rewards) is judged instead by where PPO goes with it:
+    at kl_coef = its beta the optimum is the reward model's own policy, so that policy's greedy truth must beat
+    the start's (rlft.reward_model.truth.policy_gain). The agreement is printed either way: it says how well
+    the summed reward ranks sampled replies, which per-token credit does not need."""
+    from rlft.reward_model import measured
+    from rlft.reward_model import truth as t
+    from rlft.reward_model.scoring import RewardModelReward
+    from rlft.run.folder import process_console
+
+    console = process_console(console)
+    spec = cfg.watch.get("holdout_verifier") or "math"
+    p, as_chat, holdout = cfg.ppo, bool(cfg.data.get("as_chat")), cfg.watch.holdout
+    rows = t.truth_rows(holdout, spec, int(p.get("agreement_prompts") or 32), as_chat)
+    samples, temperature, seed = int(p.get("agreement_samples") or 4), float(p.temperature or 1.0), \
+        int(cfg.train.seed or 0)
+    start = cfg.model.name_or_path
+    a = measured.rebuilt(t.Agreement, measured.recall(p.reward_model, "agreement", measured.key(
+        start, holdout, spec, as_chat, prompts=len(rows), samples=samples, tokens=int(p.response_length),
+        temperature=temperature, seed=seed)))
+    reward = RewardModelReward(p.reward_model)
+    if a is None:
+        a = t.policy_agreement(start, reward, rows, spec, samples, int(p.response_length), temperature, seed=seed)
+        console.print(a.line(), highlight=False)
+    else:
+        console.print(a.line() + RECALLED, highlight=False)
+    scorer = reward.load()
+    if uses_token_rewards(cfg, scorer):
+        # on the held-out check's rows (a store's 150 test prompts): 32 prompts read a 10-point gain as a loss
+        checked = t.truth_rows(holdout, spec, int(cfg.watch.get("holdout_max_rows") or 100), as_chat)
+        tokens = int(cfg.watch.get("holdout_max_new_tokens") or p.response_length)
+        g = measured.rebuilt(t.PolicyGain, measured.recall(p.reward_model, "gain", measured.key(
+            start, holdout, spec, as_chat, prompts=len(checked), tokens=tokens)))
+        if g is None:
+            g = t.policy_gain(start, scorer.policy, checked, spec, tokens)
+            console.print(g.line(), highlight=False)
+        else:
+            console.print(g.line() + RECALLED, highlight=False)
+        t.check_policy_gain(g, p.reward_model)
+        return
+    t.check_agreement(a, float(p.min_reward_agreement), p.reward_model)
