@@ -70,3 +70,21 @@ def precision_gap(model_path: str, ids, lora_b: float = 1e-3) -> dict:
             out["loss"][mode] = abs(float(res.loss) - ref_loss)
             out["grad"][mode] = float((grad - ref_grad).norm() / ref_grad.norm())
     return out
+
+
+def signalled_at_once():
+    """An rlft.run.folder.Interrupt whose signal (SIGTERM) has already arrived: the run finishes its first step,
+    saves a checkpoint and stops, as if the signal came during that step. Patch it in with
+    `monkeypatch.setattr(rlft.run.folder, "Interrupt", signalled_at_once())`."""
+    import signal
+    from contextlib import contextmanager
+
+    import rlft.run.folder
+
+    class SignalledAtOnce(rlft.run.folder.Interrupt):
+        @contextmanager
+        def installed(self):
+            self.signum = signal.SIGTERM
+            yield self
+
+    return SignalledAtOnce

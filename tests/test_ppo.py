@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import signal
-from contextlib import contextmanager
 
 import pytest
-from helpers import DATA, ROOT, write_jsonl
+from helpers import DATA, ROOT, signalled_at_once, write_jsonl
 
 PROMPTS = DATA / "arith/grpo_prompts.jsonl"
 HELDOUT = DATA / "arith/test.jsonl"
@@ -98,16 +97,8 @@ def test_interrupt_then_resume_continues_where_it_stopped(cli, tmp_path, sft_sho
     r = cli("ppo", *short("--model", sft_short, "-o", straight, "--max-steps", "3"))
     assert r.code == 0, r.text
 
-    class SignalledAtOnce(rlft.run.folder.Interrupt):
-        """As if SIGTERM arrived during the first step: it finishes, saves, and stops."""
-
-        @contextmanager
-        def installed(self):
-            self.signum = signal.SIGTERM
-            yield self
-
-    with monkeypatch.context() as m:
-        m.setattr(rlft.run.folder, "Interrupt", SignalledAtOnce)
+    with monkeypatch.context() as m:  # as if SIGTERM arrived during the first step: it finishes, saves, stops
+        m.setattr(rlft.run.folder, "Interrupt", signalled_at_once())
         r = cli("ppo", *short("--model", sft_short, "-o", out, "--max-steps", "3"))
     assert r.code == 128 + signal.SIGTERM, r.text
     summary = json.loads((out / "summary.json").read_text())

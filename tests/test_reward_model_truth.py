@@ -8,7 +8,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from helpers import DATA, write_jsonl
+from helpers import DATA, signalled_at_once, write_jsonl
 
 from rlft.reward_model.truth import Sampled, agreement, best_of_n, check_agreement
 
@@ -281,18 +281,11 @@ def test_ppo_reuses_what_rlft_reward_measured_only_for_the_same_models_prompts_a
     assert r.code == 3 and r.text.count("as rlft reward measured it") == 1, r.text
     # --resume needs a checkpoint, so the run passed the pre-flight (or was let past it) when it began: not again
     import signal
-    from contextlib import contextmanager
 
     import rlft.run.folder
 
-    class SignalledAtOnce(rlft.run.folder.Interrupt):
-        @contextmanager
-        def installed(self):
-            self.signum = signal.SIGTERM
-            yield self
-
     with monkeypatch.context() as m:
-        m.setattr(rlft.run.folder, "Interrupt", SignalledAtOnce)
+        m.setattr(rlft.run.folder, "Interrupt", signalled_at_once())
         r = ppo("resumed", STORE / "test.jsonl", "--set", "ppo.min_reward_agreement=0")
     assert r.code == 128 + signal.SIGTERM, r.text
     r = ppo("resumed", STORE / "test.jsonl", "--resume")
