@@ -262,9 +262,9 @@ def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
     samples, temperature, seed = int(p.get("agreement_samples") or 4), float(p.temperature or 1.0), \
         int(cfg.train.seed or 0)
     start = cfg.model.name_or_path
-    a = measured.rebuilt(t.Agreement, measured.recall(p.reward_model, "agreement", measured.key(
-        start, holdout, spec, as_chat, prompts=len(rows), samples=samples, tokens=int(p.response_length),
-        temperature=temperature, seed=seed)))
+    saved, base = measured.load(p.reward_model), measured.key(start, holdout, spec, as_chat)
+    a = measured.rebuilt(t.Agreement, measured.recall(saved, "agreement", measured.narrowed(
+        base, prompts=len(rows), samples=samples, tokens=int(p.response_length), temperature=temperature, seed=seed)))
     reward = RewardModelReward(p.reward_model)
     if a is None:
         a = t.policy_agreement(start, reward, rows, spec, samples, int(p.response_length), temperature, seed=seed)
@@ -276,8 +276,8 @@ def check_reward_model(cfg: RunConfig, console: Console | None) -> None:
         # on the held-out check's rows (a store's 150 test prompts): 32 prompts read a 10-point gain as a loss
         checked = t.truth_rows(holdout, spec, int(cfg.watch.get("holdout_max_rows") or 100), as_chat)
         tokens = int(cfg.watch.get("holdout_max_new_tokens") or p.response_length)
-        g = measured.rebuilt(t.PolicyGain, measured.recall(p.reward_model, "gain", measured.key(
-            start, holdout, spec, as_chat, prompts=len(checked), tokens=tokens)))
+        g = measured.rebuilt(t.PolicyGain, measured.recall(saved, "gain", measured.narrowed(
+            base, prompts=len(checked), tokens=tokens)))
         if g is None:
             g = t.policy_gain(start, scorer.policy, checked, spec, tokens)
             console.print(g.line(), highlight=False)

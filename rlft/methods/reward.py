@@ -162,8 +162,8 @@ def truth_agreement(cfg: RunConfig, reward, console, folder: Path | None = None)
     from rlft.reward_model.truth import policy_agreement, truth_rows
 
     sec = cfg.reward
-    spec = sec.get("truth_verifier") or "support_policy"
-    rows = truth_rows(sec["truth_data"], spec, int(sec.get("truth_prompts") or 48), bool(cfg.data.get("as_chat")))
+    spec, as_chat = sec.get("truth_verifier") or "support_policy", bool(cfg.data.get("as_chat"))
+    rows = truth_rows(sec["truth_data"], spec, int(sec.get("truth_prompts") or 48), as_chat)
     temperature = float(sec.get("truth_temperature") or 1.0)
     tokens, samples, seed = int(sec.get("truth_max_new_tokens") or 48), int(sec.get("truth_samples") or 4), \
         int(cfg.train.seed or 0)
@@ -171,20 +171,17 @@ def truth_agreement(cfg: RunConfig, reward, console, folder: Path | None = None)
                          seed=seed)
     console.print(a.line(), highlight=False)
     out = {**{f"truth_{k}": v for k, v in a.as_dict().items()}, "truth_temperature": temperature}
-    as_chat = bool(cfg.data.get("as_chat"))
-    entries = {"agreement": (measured.key(cfg.model.name_or_path, sec["truth_data"], spec, as_chat,
-                                          prompts=len(rows), samples=samples, tokens=tokens, temperature=temperature,
-                                          seed=seed), measured.value_of(a))}
+    base = measured.key(cfg.model.name_or_path, sec["truth_data"], spec, as_chat)
+    entries = {"agreement": (measured.narrowed(base, prompts=len(rows), samples=samples, tokens=tokens,
+                                               temperature=temperature, seed=seed), measured.value_of(a))}
     if implicit(cfg):  # where PPO with per-token rewards goes: this model's own policy (rlft ppo's pre-flight)
         from rlft.reward_model.truth import policy_gain
 
-        rows = truth_rows(sec["truth_data"], spec, int(sec.get("truth_policy_prompts") or 150),
-                          bool(cfg.data.get("as_chat")))
+        rows = truth_rows(sec["truth_data"], spec, int(sec.get("truth_policy_prompts") or 150), as_chat)
         g = policy_gain(cfg.model.name_or_path, reward.policy, rows, spec, tokens)
         console.print(g.line(), highlight=False)
         out.update({f"truth_{k}": v for k, v in g.as_dict().items()})
-        entries["gain"] = (measured.key(cfg.model.name_or_path, sec["truth_data"], spec, as_chat, prompts=len(rows),
-                                        tokens=tokens), measured.value_of(g))
+        entries["gain"] = (measured.narrowed(base, prompts=len(rows), tokens=tokens), measured.value_of(g))
     if folder is not None:  # the model measured: the folder's, or last/ where the folder kept an earlier check's
         measured.record(folder, folder / "last" if (folder / "last").is_dir() else folder, entries)
     return out

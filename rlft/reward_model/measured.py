@@ -21,37 +21,34 @@ The file is the reward run's own output, like its weights: a user who edits it c
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-from rlft.run.guard import weights_digest
+from rlft.run.guard import content_hash, weights_digest
 
 MEASURED = "truth_measured.json"
 VERSION = 1
 
 
-def file_digest(path: str | Path) -> str | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def key(start: str, truth_file: str, spec: str, as_chat: bool, **settings: Any) -> dict[str, Any] | None:
-    """What a measurement depends on besides the reward model; None when the start or the truth file cannot be
-    identified by content (nothing is then recorded or recalled)."""
+def key(start: str, truth_file: str, spec: str, as_chat: bool) -> dict[str, Any] | None:
+    """What every measurement depends on besides the reward model and its own settings (`narrowed`); None when the
+    start or the truth file cannot be identified by content (nothing is then recorded or recalled)."""
     from rlft.models import resolve_model_path
 
     try:
         start_digest = weights_digest(resolve_model_path(start))
     except Exception:  # noqa: BLE001 - a name that does not resolve here is not a local model: no key
         return None
-    truth_digest = file_digest(truth_file)
+    truth_digest = content_hash(truth_file)
     if start_digest is None or truth_digest is None:
         return None
-    return {"start": start_digest, "truth": truth_digest, "spec": str(spec), "as_chat": bool(as_chat), **settings}
+    return {"start": start_digest, "truth": truth_digest, "spec": str(spec), "as_chat": bool(as_chat)}
+
+
+def narrowed(base: dict[str, Any] | None, **settings: Any) -> dict[str, Any] | None:
+    """`key`'s result with one measurement's own settings (prompts, reply length, ...); None stays None."""
+    return None if base is None else {**base, **settings}
 
 
 def record(folder: str | Path, measured: str | Path, entries: dict[str, tuple[dict | None, dict]]) -> None:
@@ -66,19 +63,24 @@ def record(folder: str | Path, measured: str | Path, entries: dict[str, tuple[di
                                                     indent=2) + "\n")
 
 
-def recall(folder: str | Path, name: str, want: dict | None) -> dict | None:
-    """The value recorded under `name` in the reward model folder `folder` when its key equals `want` and the
-    folder's weights are the ones measured; else None."""
-    if want is None:
-        return None
+def load(folder: str | Path) -> dict | None:
+    """The record in the reward model folder `folder` when the folder's weights are the ones it measured; else
+    None (no record, a damaged or foreign one, other weights)."""
     try:
         saved = json.loads((Path(folder) / MEASURED).read_text())
-        entry = saved[name]
-        if saved.get("version") != VERSION or entry["key"] != want or not isinstance(entry["value"], dict):
-            return None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
         return None
-    if saved.get("reward_model") != weights_digest(folder):
+    if not isinstance(saved, dict) or saved.get("version") != VERSION:
+        return None
+    return saved if saved.get("reward_model") == weights_digest(folder) else None
+
+
+def recall(saved: dict | None, name: str, want: dict | None) -> dict | None:
+    """The value recorded under `name` in `saved` (`load`'s) when its key equals `want`; else None."""
+    if saved is None or want is None:
+        return None
+    entry = saved.get(name)
+    if not isinstance(entry, dict) or entry.get("key") != want or not isinstance(entry.get("value"), dict):
         return None
     return entry["value"]
 

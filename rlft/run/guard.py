@@ -254,10 +254,18 @@ def weights_digest(folder: str | Path) -> str | None:
     digest = hashlib.sha256()
     for f in files + sorted(path / name for name in _CONFIGS if (path / name).is_file()):
         digest.update(f.name.encode() + b"\0")
-        with f.open("rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
+        try:
+            _feed(digest, f)
+        except OSError:
+            return None
     return digest.hexdigest()
+
+
+def _feed(digest, file: Path) -> None:
+    """Add a file's bytes to `digest`, a megabyte at a time."""
+    with file.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
 
 
 def content_hash(name: str) -> str | None:
@@ -270,9 +278,7 @@ def content_hash(name: str) -> str | None:
     for file in files:
         digest.update(str(file.relative_to(path) if path.is_dir() else "").encode())
         try:
-            with file.open("rb") as f:
-                while chunk := f.read(1 << 20):
-                    digest.update(chunk)
+            _feed(digest, file)
         except OSError:
             return None
     return digest.hexdigest()
