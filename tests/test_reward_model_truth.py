@@ -235,6 +235,11 @@ def test_an_implicit_reward_model_whose_policy_is_no_better_than_the_start_is_re
         check_policy_gain(g, "RM")
     assert refused.value.exit_code == 3 and "nothing to gain" in str(refused.value)
     check_policy_gain(PolicyGain(150, 0.273, 0.373), "RM")  # +10 points: PPO may start
+    # a gain within its noise is refused too (the seed-37 store: 29 prompts gained, 28 lost; PPO then fell to 0.15)
+    with pytest.raises(RewardModelRefused) as refused:
+        check_policy_gain(PolicyGain(150, 0.353, 0.360, 29, 28), "RM")
+    assert refused.value.exit_code == 3 and "29 gained, 28 lost: McNemar z 0.00" in str(refused.value)
+    check_policy_gain(PolicyGain(150, 0.320, 0.453, 40, 20), "RM")  # the seed-23 store: z 2.45, PPO gained +16
     assert "0.373 of 150" in PolicyGain(150, 0.273, 0.373).line()
 
 

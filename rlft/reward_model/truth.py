@@ -187,14 +187,21 @@ def policy_gain(policy_path: str, reward_policy, rows: list[dict], spec: str, ma
 
 
 def check_policy_gain(g: PolicyGain, reward_model: str) -> None:
-    """Refuse (exit 3) when an implicit reward model's own policy is no better than the start under the truth:
-    PPO with per-token rewards moves the policy toward it, so there is nothing to gain."""
-    if g.reward_policy <= g.start:
+    """Refuse (exit 3) when an implicit reward model's own policy does not beat the start under the truth by more
+    than its noise: PPO with per-token rewards moves the policy toward it, so there is nothing to gain that a
+    held-out check could tell from chance. The bar is the one a run's trained check must clear to be kept
+    (rlft.watch.overfit.beats_start: McNemar's statistic on the prompts gained and lost above START_Z); without
+    per-prompt counts, a reward policy scoring at or below the start."""
+    from rlft.watch.overfit import START_Z, mcnemar_z
+
+    counted = g.gained is not None and g.lost is not None
+    z = mcnemar_z(g.gained, g.lost) if counted else None
+    if (z <= START_Z) if counted else (g.reward_policy <= g.start):
+        moved = (f" ({g.gained} gained, {g.lost} lost: McNemar z {z:.2f}, where a trained check must clear "
+                 f"{START_Z:g} to be kept)" if counted else "")
         raise RewardModelRefused(
             f"the implicit reward model {reward_model}'s own policy passes {g.reward_policy:.3f} of {g.prompts} "
-            f"held-out prompts, the start {g.start:.3f}"
-            + (f" ({g.gained} gained, {g.lost} lost)" if g.gained is not None else "")
-            + ": PPO toward it has nothing to gain",
+            f"held-out prompts, the start {g.start:.3f}{moved}: PPO toward it has nothing to gain",
             "train the reward model longer or on more pairs (its DPO run must beat the start), or use DPO on the "
             "same pairs (rlft dpo); to run anyway: --set ppo.min_reward_agreement=0")
 
