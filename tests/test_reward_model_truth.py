@@ -262,6 +262,12 @@ def test_ppo_reuses_what_rlft_reward_measured_only_for_the_same_models_prompts_a
     assert r.code == 0, r.text
     record = json.loads((rm / MEASURED).read_text())
     assert record["reward_model"] == weights_digest(rm) and set(record) >= {"agreement", "gain"}, record
+    # rlft reward says at its end whether PPO's gate (rlft.reward_model.truth.check_policy_gain) will refuse it
+    from rlft.watch.overfit import START_Z, mcnemar_z
+
+    gain = record["gain"]["value"]
+    assert ("rlft ppo with per-token rewards will refuse it" in r.text) == \
+        (mcnemar_z(gain["gained"], gain["lost"]) <= START_Z), (gain, r.text)
 
     def ppo(name, truth=STORE / "test.jsonl", *extra):
         return cli("ppo", "--model", store_runs["chat"], "--reward-model", rm, "--prompts", STORE / "test.jsonl",
