@@ -2,7 +2,10 @@
 model, each judged by the store's held-out truth (the `support_policy` verifier on DATA/test.jsonl).
 
     python -m scripts.demo_prefs --data data/support/store --out runs/demo-prefs            # SmolLM2 recipes
-    python -m scripts.demo_prefs --data DIR --out OUT --recipes tiny --sft-steps 40          # the tiny model
+    python -m scripts.demo_prefs --data DIR --out OUT --recipes tiny --sft-set train.max_steps=2 ...  # plumbing
+
+The tiny recipes are arithmetic ones: on a store they need the lengths and sizes that tests/test_demo_prefs.py
+passes with --sft-set, --dpo-set, --reward-set and --ppo-set.
 
 DATA is a store folder written by data/make_store.py (demos.jsonl, pairs_train.jsonl, pairs_eval.jsonl,
 test.jsonl). Every stage is the real `rlft` command in a subprocess, with the shipped recipes
