@@ -164,6 +164,10 @@ def test_an_implicit_reward_model_scores_pairs_as_its_dpo_run_does_and_feeds_ppo
     assert r.code == 0, r.text
     checked = json.loads(r.out.strip().splitlines()[-1])
     assert checked["gain_prompts"] == 3 and 0.0 <= checked["reward_policy_truth"] <= 1.0, checked
+    from rlft.watch.overfit import START_Z, mcnemar_z  # PPO's gate, as rlft ppo's pre-flight applies it
+
+    z = mcnemar_z(checked["gain_prompts_gained"], checked["gain_prompts_lost"])
+    assert checked["ppo_gate"] == ("refuses" if z <= START_Z else "passes"), checked
     # asked for with a reward it cannot apply to: one line, exit 2, nothing written
     r = cli("ppo", "--model", tiny_dir, "--verifier", "math", "--reward-model", out, "--prompts",
             DATA / "arith/grpo_prompts.jsonl", "-o", tmp_path / "ppo-refused", "--max-steps", "1", "--set",
