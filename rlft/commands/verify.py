@@ -137,19 +137,16 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
     out.update(a.as_dict())
     from rlft.models import load_tokenizer, resolve_model_path
     from rlft.reward_model.implicit import ImplicitReward
-    from rlft.reward_model.truth import RewardModelRefused, check_policy_gain, policy_gain
+    from rlft.reward_model.truth import policy_gain, ppo_refusal, refusal_note
 
     # where PPO with per-token rewards goes: the model's own policy (generated with --model's tokenizer, so only
     # where the two read the same token ids)
-    scorer, gain, refusal = rm.load(), None, ""
+    scorer, gain, refusal = rm.load(), None, None
     if isinstance(scorer, ImplicitReward) and scorer.same_tokens_as(load_tokenizer(resolve_model_path(model))):
         gain = policy_gain(model, scorer.policy, rows, spec, max_new_tokens)
         out.update(gain.as_dict())
-        try:  # PPO's gate on it (rlft ppo's pre-flight), said here as rlft reward says it at its end
-            check_policy_gain(gain, reward_model)
-            out["ppo_gate"] = "passes"
-        except RewardModelRefused as refused:
-            out["ppo_gate"], refusal = "refuses", refused.message
+        refusal = ppo_refusal(gain, reward_model)  # PPO's gate on it, said as rlft reward says it at its end
+        out["ppo_gate"] = "refuses" if refusal else "passes"
     if json_out:
         typer.echo(json.dumps(out))
         return
@@ -161,8 +158,8 @@ def _reward_model(spec: str, data: Path, reward_model: str | None, model: str | 
     typer.echo(a.line())
     if gain is not None:
         typer.echo(gain.line())
-        if out["ppo_gate"] == "refuses":
-            typer.echo(f"  note: rlft ppo with per-token rewards will refuse it: {refusal}")
+        if refusal:
+            typer.echo(refusal_note(refusal))
 
 
 def read_jsonl(path: Path) -> list[tuple[int, dict]]:

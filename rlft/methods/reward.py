@@ -175,15 +175,14 @@ def truth_agreement(cfg: RunConfig, reward, console, folder: Path | None = None)
     entries = {"agreement": (measured.narrowed(base, prompts=len(rows), samples=samples, tokens=tokens,
                                                temperature=temperature, seed=seed), measured.value_of(a))}
     if implicit(cfg):  # where PPO with per-token rewards goes: this model's own policy (rlft ppo's pre-flight)
-        from rlft.reward_model.truth import RewardModelRefused, check_policy_gain, policy_gain
+        from rlft.reward_model.truth import policy_gain, ppo_refusal, refusal_note
 
         rows = truth_rows(sec["truth_data"], spec, int(sec.get("truth_policy_prompts") or 150), as_chat)
         g = policy_gain(cfg.model.name_or_path, reward.policy, rows, spec, tokens)
         console.print(g.line(), highlight=False)
-        try:
-            check_policy_gain(g, str(folder or "this reward model"))
-        except RewardModelRefused as refused:  # said now, not after PPO's model loads
-            console.print(f"  note: rlft ppo with per-token rewards will refuse it: {refused.message}", highlight=False)
+        why = ppo_refusal(g, str(folder or "this reward model"))
+        if why:  # said now, not after PPO's model loads
+            console.print(refusal_note(why), highlight=False)
         out.update({f"truth_{k}": v for k, v in g.as_dict().items()})
         entries["gain"] = (measured.narrowed(base, prompts=len(rows), tokens=tokens), measured.value_of(g))
     if folder is not None:  # the model measured: the folder's, or last/ where the folder kept an earlier check's

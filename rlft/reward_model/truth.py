@@ -186,23 +186,35 @@ def policy_gain(policy_path: str, reward_policy, rows: list[dict], spec: str, ma
                       sum(a and not b for a, b in pairs))
 
 
-def check_policy_gain(g: PolicyGain, reward_model: str) -> None:
-    """Refuse (exit 3) when an implicit reward model's own policy does not beat the start under the truth by more
-    than its noise: PPO with per-token rewards moves the policy toward it, so there is nothing to gain that a
-    held-out check could tell from chance. The bar is the one a run's trained check must clear to be kept
-    (rlft.watch.overfit.beats_start: McNemar's statistic on the prompts gained and lost above START_Z); without
-    per-prompt counts, a reward policy scoring at or below the start."""
+def ppo_refusal(g: PolicyGain, reward_model: str) -> str | None:
+    """Why PPO's gate refuses an implicit reward model, or None when it passes: its own policy must beat the start
+    under the truth by more than its noise (PPO with per-token rewards moves the policy toward it, so there is
+    nothing else to gain that a held-out check could tell from chance). The bar is the one a run's trained check
+    must clear to be kept (rlft.watch.overfit.beats_start: McNemar's statistic on the prompts gained and lost above
+    START_Z); without per-prompt counts, a reward policy scoring at or below the start."""
     from rlft.watch.overfit import START_Z, mcnemar_z
 
     counted = g.gained is not None and g.lost is not None
     z = mcnemar_z(g.gained, g.lost) if counted else None
-    if (z <= START_Z) if counted else (g.reward_policy <= g.start):
-        moved = (f" ({g.gained} gained, {g.lost} lost: McNemar z {z:.2f}, where a trained check must clear "
-                 f"{START_Z:g} to be kept)" if counted else "")
+    if not ((z <= START_Z) if counted else (g.reward_policy <= g.start)):
+        return None
+    moved = (f" ({g.gained} gained, {g.lost} lost: McNemar z {z:.2f}, where a trained check must clear {START_Z:g} "
+             "to be kept)" if counted else "")
+    return (f"the implicit reward model {reward_model}'s own policy passes {g.reward_policy:.3f} of {g.prompts} "
+            f"held-out prompts, the start {g.start:.3f}{moved}: PPO toward it has nothing to gain")
+
+
+def refusal_note(why: str) -> str:
+    """The line `rlft reward` and `rlft verify` print when PPO's gate will refuse the reward model (`ppo_refusal`)."""
+    return f"  note: rlft ppo with per-token rewards will refuse it: {why}"
+
+
+def check_policy_gain(g: PolicyGain, reward_model: str) -> None:
+    """Refuse (exit 3) what `ppo_refusal` refuses."""
+    why = ppo_refusal(g, reward_model)
+    if why:
         raise RewardModelRefused(
-            f"the implicit reward model {reward_model}'s own policy passes {g.reward_policy:.3f} of {g.prompts} "
-            f"held-out prompts, the start {g.start:.3f}{moved}: PPO toward it has nothing to gain",
-            "train the reward model longer or on more pairs (its DPO run must beat the start), or use DPO on the "
+            why, "train the reward model longer or on more pairs (its DPO run must beat the start), or use DPO on the "
             "same pairs (rlft dpo); to run anyway: --set ppo.min_reward_agreement=0")
 
 
