@@ -195,9 +195,20 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
         model.eval()
         model.requires_grad_(False)
     four_bit = model_cfg.load_in_4bit
-    speed.prepare_model(model, dtype, four_bit=four_bit,
-                        lora_trainable=with_lora and model_cfg.lora.enabled and trainable and not four_bit)
+    lora_trainable = with_lora and model_cfg.lora.enabled and trainable and not four_bit
+    speed.prepare_model(model, dtype, four_bit=four_bit, lora_trainable=lora_trainable,
+                        fp32_source=functools.partial(_fp32_base, model_cfg) if head == "causal" else None)
     return model
+
+
+def _fp32_base(model_cfg: Any):
+    """The start model `model_cfg` names, loaded again in fp32 without the run's adapter (an earlier stage's adapter
+    merged in fp32, as `load_model` merges it): the weights `rlft eval` serves, for the held-out checks of a run
+    that trains on a bf16 base (rlft.speed.served)."""
+    from rlft.config import Section
+
+    cfg = Section({**model_cfg, "dtype": "float32", "load_in_4bit": False})
+    return load_model(cfg, trainable=False, with_lora=False)
 
 
 def load_for_inference(name_or_path: str, head: str = "causal"):

@@ -251,7 +251,8 @@ MAX_FLAT_MODULES = 19  # modules flat in rlft/ (besides __init__ and __main__); 
 SPEED_CALLERS = {"rlft.models", "rlft.evaluate", "rlft.methods.common", "rlft.methods.group_rl", "rlft.methods.ppo",
                  "rlft.commands.options", "rlft.methods.bootstrap", "rlft.methods.bootstrap_sampling",
                  "rlft.dspy.engine", "rlft.dspy.reinforce", "rlft.methods.ppo_rollout", "rlft.methods.sft",
-                 "rlft.reward_model.implicit"}  # implicit: the reply's logits only (decode.last_positions), as PPO
+                 "rlft.reward_model.implicit",  # implicit: the reply's logits only (decode.last_positions), as PPO
+                 "rlft.watch.heldout"}  # served_weights: a check on the fp32 base a bf16 LoRA run serves
 
 
 def test_package_layout():

@@ -1,7 +1,7 @@
 """The speed layer: what makes TRL's methods fast on a CPU. The methods themselves are TRL's (rlft/methods/);
 this package only changes how the same numbers are computed, and stands aside wherever it does not apply.
 
-Three entry points are the whole seam with the rest of rlft:
+Four entry points are the whole seam with the rest of rlft:
   prepare_model(model, dtype, ...)  rlft.models.load_model, on every model rlft loads (with its pre-load half,
                                     `load_options(dtype)`, for `from_pretrained`'s keyword arguments)
   trainer_class(trainer_cls)        rlft.methods.group_rl.build: GRPO's and RLOO's trainer with prompt sharing;
@@ -9,6 +9,8 @@ Three entry points are the whole seam with the rest of rlft:
   attach(policy, console, ...)      fast sampling for a policy that samples while it trains (group_rl.prepare,
                                     methods.common.train for GRPO/RLOO/distillation, methods.ppo), and with
                                     `trl_patches=True` the process-wide TRL patches of trl_patches.py
+  served_weights(model)             rlft.watch.heldout.measure: a held-out check on the fp32 base weights users
+                                    serve, for a run that trains on a CPU bf16 base
 plus `precision` (which dtype a run trains and samples in: methods.common.start_run) and `decode` (the sampling
 loop rlft.evaluate and PPO's rollouts share). Nothing else in rlft imports this package (tests/test_structure.py).
 
@@ -18,6 +20,8 @@ What each module changes, against what TRL / transformers would do, and where it
   (TRL's bf16 where supported), full fine-tuning, PPO, CPUs without a bf16 flag.
 - activations: fp32 activations between the bf16 matmuls of that base, where transformers would run bf16
   throughout. Aside: models with bf16 weights in other kinds of module (GPT-2's Conv1D).
+- served: that run's held-out checks on an fp32 copy of its base (the weights `rlft eval` serves), where
+  they would run on the bf16 base it trains on. Aside: where the copy would take over a quarter of the free memory.
 - model_hooks: eager attention for CPU bf16 (sdpa's CPU kernel is slow there), a contiguous LM-head input (torch
   multiplies a strided one slowly), bitsandbytes' CPU 4-bit repack off (LoRA gradients went wrong). Aside: GPUs.
 - sampling: a plain copy of a LoRA policy answers its `generate`, instead of peft's layers per decode step.
@@ -49,7 +53,7 @@ from typing import Any
 
 from rlft.speed.switch import enabled, set_enabled  # train.speedups (rlft.speed.switch)
 
-__all__ = ["attach", "enabled", "load_options", "prepare_model", "set_enabled", "trainer_class"]
+__all__ = ["attach", "enabled", "load_options", "prepare_model", "served_weights", "set_enabled", "trainer_class"]
 
 
 def load_options(dtype) -> dict[str, Any]:
@@ -61,14 +65,28 @@ def load_options(dtype) -> dict[str, Any]:
     return load_options(dtype)
 
 
-def prepare_model(model, dtype, *, four_bit: bool, lora_trainable: bool) -> None:
+def prepare_model(model, dtype, *, four_bit: bool, lora_trainable: bool, fp32_source=None) -> None:
     """The CPU hooks on a model `load_model` built: bitsandbytes' 4-bit repack off, fp32 activations for a
-    trainable LoRA over a CPU bf16 base, a contiguous LM-head input (rlft.speed.model_hooks)."""
+    trainable LoRA over a CPU bf16 base (and `fp32_source`, a loader of that base in fp32, kept for its held-out
+    checks), a contiguous LM-head input (rlft.speed.model_hooks)."""
     if not enabled():
         return
     from rlft.speed.model_hooks import prepare
 
-    prepare(model, dtype, four_bit=four_bit, lora_trainable=lora_trainable)
+    prepare(model, dtype, four_bit=four_bit, lora_trainable=lora_trainable, fp32_source=fp32_source)
+
+
+def served_weights(model):
+    """A context for a held-out check of `model`: where the run trains a LoRA over a CPU bf16 base, its fp32 base
+    weights in place (rlft.speed.served.swapped: what `rlft eval` and export serve); yields None when in
+    place, else why not (the check then runs as training does)."""
+    if not enabled():
+        import contextlib
+
+        return contextlib.nullcontext("speedups off")
+    from rlft.speed.served import swapped
+
+    return swapped(model)
 
 
 def trainer_class(trainer_cls):

@@ -18,8 +18,9 @@ def fp32_activations(model) -> bool:
     and LoRA learned measurably less. SmolLM2 LoRA SFT (make demo-real's 11 steps, seed 1), training loss at
     step 5 / 10: fp32 0.518 / 0.280, bf16 activations 0.593 / 0.341, fp32 activations 0.513 / 0.277; held-out
     pass@1 fp32 0.44, bf16 activations 0.32 (BENCHMARKS.md). Adapter gradients on 8 demonstrations (B ~ 1e-2):
-    12.6% off fp32's with bf16 activations, 4.1% with fp32 activations. The final norm's output stays bf16: it
-    feeds only the LM head, whose matmul is bf16 either way (TRL's fused head takes its compute dtype from it).
+    12.6% off fp32's with bf16 activations, 4.1% with fp32 activations. The final norm's output is cast to the LM
+    head's weight dtype: bf16 in training, where the head's matmul is bf16 either way (TRL's fused head takes its
+    compute dtype from it), fp32 while rlft.speed.served has the fp32 base in place for a check.
     A model holding bf16 weights in any other kind of module (e.g. GPT-2's Conv1D) is left as it was (bf16
     activations) and False returned: its ops would meet fp32 inputs they were not written for."""
     import torch
@@ -47,7 +48,7 @@ def fp32_activations(model) -> bool:
     final = _final_norm(model)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if final is not None and head is not None and head.weight.dtype == low:
-        final.register_forward_hook(lambda _m, _a, out: out.to(low))
+        final.register_forward_hook(lambda _m, _a, out: out.to(head.weight.dtype))  # fp32 in a served check
     return True
 
 

@@ -2,7 +2,8 @@
 
 - `load_options(dtype)`: keyword arguments for `from_pretrained` (eager attention for CPU bf16);
 - `fix_cpu_4bit`: bitsandbytes' CPU 4-bit fast path off (it repacks the weights and LoRA gradients go wrong);
-- `rlft.speed.activations.fp32_activations` for a trainable LoRA over a CPU bf16 base;
+- `rlft.speed.activations.fp32_activations` for a trainable LoRA over a CPU bf16 base, and the fp32 base's loader
+  for its held-out checks (rlft.speed.served);
 - `contiguous_head`: the LM head gets a contiguous input on the CPU.
 
 Light at import: torch and bitsandbytes inside the functions.
@@ -20,14 +21,18 @@ def load_options(dtype) -> dict:
     return {}
 
 
-def prepare(model, dtype, *, four_bit: bool, lora_trainable: bool) -> None:
-    """The hooks on a model `load_model` built, in the order they were always applied."""
+def prepare(model, dtype, *, four_bit: bool, lora_trainable: bool, fp32_source=None) -> None:
+    """The hooks on a model `load_model` built, in the order they were always applied; `fp32_source` (a loader of
+    the base in fp32) is kept for the held-out checks of a LoRA run over a CPU bf16 base (rlft.speed.served)."""
     if four_bit:
         fix_cpu_4bit(model)
     if lora_trainable and cpu_bf16(dtype):
         from rlft.speed.activations import fp32_activations
 
-        fp32_activations(model)
+        if fp32_activations(model) and fp32_source is not None:
+            from rlft.speed.served import remember
+
+            remember(model, fp32_source)
     contiguous_head(model)
 
 

@@ -160,21 +160,24 @@ def _share(metric: str, wins: list[bool], extra: dict | None = None) -> Measure:
 def measure(kind: str, model, tok, rows: list[dict], *, scorer: Callable | None = None, max_new_tokens: int = 32,
             reward_model: bool = False, tools: Any = None) -> Measure:
     """The honest metric of `kind` on held-out `rows` (plain dicts) for `model` (see the module docstring).
-    A model with bf16 and fp32 weights (rlft.speed.precision: bf16 base + fp32 LoRA) runs under bf16 autocast, as the
-    trainer runs it."""
+    A run that trains a LoRA over a CPU bf16 base is checked on its fp32 base weights, the ones `rlft eval`, merge
+    and export serve (rlft.speed.served); where that copy is not kept, a model with bf16 and fp32 weights
+    runs under bf16 autocast, as the trainer runs it."""
     import contextlib
 
     import torch
 
-    dtypes = {p.dtype for p in model.parameters()}
-    device = next(model.parameters()).device.type
-    ctx = (torch.autocast(device_type=device, dtype=torch.bfloat16) if torch.bfloat16 in dtypes and len(dtypes) > 1
-           else contextlib.nullcontext())
-    with ctx:
-        if tools is not None:
-            return _episodes(model, tok, rows, tools, scorer, max_new_tokens)
-        return _measure(kind, model, tok, rows, scorer=scorer, max_new_tokens=max_new_tokens,
-                        reward_model=reward_model)
+    from rlft import speed
+
+    with speed.served_weights(model) as not_served:
+        dtypes = {p.dtype for p in model.parameters()}
+        device = next(model.parameters()).device.type
+        mixed = not_served and torch.bfloat16 in dtypes and len(dtypes) > 1
+        with torch.autocast(device_type=device, dtype=torch.bfloat16) if mixed else contextlib.nullcontext():
+            if tools is not None:
+                return _episodes(model, tok, rows, tools, scorer, max_new_tokens)
+            return _measure(kind, model, tok, rows, scorer=scorer, max_new_tokens=max_new_tokens,
+                            reward_model=reward_model)
 
 
 def _episodes(model, tok, rows: list[dict], tools, scorer: Callable | None, max_new_tokens: int) -> Measure:

@@ -1,0 +1,71 @@
+"""rlft.speed.served: a LoRA run over a CPU bf16 base is checked on the fp32 weights `rlft eval` serves."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+PROMPTS = ["2+3=", "7*6=", "the cat", "hello", "9-4=", "10/2=", "red green", "one two three", "5+5=", "abc"]
+
+
+def _model(tiny_dir, dtype: str):
+    from rlft.config import resolve
+    from rlft.models import load_model
+
+    cfg = resolve("sft", None, {}, [f"model.name_or_path={tiny_dir}", f"model.dtype={dtype}",
+                                    "model.lora.enabled=true", "model.lora.dropout=0.0"], check_trl=False)
+    model = load_model(cfg.model)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # an adapter that changes the replies, the same in both models
+        for name, p in sorted(model.named_parameters()):
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model
+
+
+def test_a_check_on_a_bf16_base_reads_what_the_fp32_model_replies(tiny_dir, monkeypatch):
+    """The held-out check of a bf16-base LoRA model scores the fp32 model's own greedy replies 1.0 (every reply
+    the same); with the fp32 copy refused it runs on the bf16 base and some replies differ (so the test can fail).
+    The run's tensors are back in place after the check, also when the check raises."""
+    from rlft import speed
+    from rlft.models import load_tokenizer
+    from rlft.speed import served
+    from rlft.watch.heldout import measure
+
+    tok = load_tokenizer(str(tiny_dir))
+    fp32, bf16 = _model(tiny_dir, "float32"), _model(tiny_dir, "bfloat16")
+    gold = measure("verifiable", fp32, tok, [{"prompt": p, "answer": ""} for p in PROMPTS], max_new_tokens=12)
+    rows = [{"prompt": s["prompt"], "answer": s["completion"]} for s in gold.samples]
+    before = {n: (p.dtype, p.data_ptr()) for n, p in bf16.named_parameters()}
+    assert torch.bfloat16 in {d for d, _ in before.values()}
+
+    check = measure("verifiable", bf16, tok, rows, max_new_tokens=12)
+    assert check.value == 1.0, [(s["completion"], r["answer"]) for s, r in zip(check.samples, rows)]
+    assert {n: (p.dtype, p.data_ptr()) for n, p in bf16.named_parameters()} == before
+
+    monkeypatch.setattr(served, "MAX_MEMORY_SHARE", 0.0)  # a fresh model: the copy is refused
+    bf16_only = _model(tiny_dir, "bfloat16")
+    with speed.served_weights(bf16_only) as why:
+        assert "would take more than" in why
+    assert measure("verifiable", bf16_only, tok, rows, max_new_tokens=12).value < 1.0
+
+    with pytest.raises(RuntimeError), speed.served_weights(bf16) as why:
+        assert why is None
+        assert all(p.dtype == torch.float32 for p in bf16.parameters())
+        raise RuntimeError("a check that fails")
+    assert {n: (p.dtype, p.data_ptr()) for n, p in bf16.named_parameters()} == before
+
+
+def test_an_fp32_run_and_speedups_off_stand_aside(tiny_dir):
+    from rlft import speed
+
+    fp32 = _model(tiny_dir, "float32")
+    with speed.served_weights(fp32) as why:
+        assert why == "no fp32 source"
+    speed.set_enabled(False)
+    try:
+        with speed.served_weights(_model(tiny_dir, "bfloat16")) as why:
+            assert why == "speedups off"
+    finally:
+        speed.set_enabled(True)
