@@ -4,6 +4,8 @@ and what a run folder keeps."""
 from __future__ import annotations
 
 import json
+import random
+from pathlib import Path
 
 from helpers import DATA, ROOT
 
@@ -81,7 +83,14 @@ def test_a_run_gets_a_held_out_check_and_keeps_the_best_model(cli, sft_model, tm
     if kept["step"] == 0:  # the start kept: an alarm says so (overfitting, as the training loss fell)
         assert "overfitting" in summary["alarms"], summary["alarms"]
         assert "overfitting" in (out / "alarms.jsonl").read_text()
-    assert not (out / "best").exists() and not (out / "start").exists()
+    assert not (out / "start").exists()
+    # a better check's model stays in best/ only beside a kept last model
+    beside = kept.get("best_beside")
+    assert (out / "best").is_dir() == (beside is not None)
+    if beside is not None:
+        assert kept["step"] == summary["global_step"] and beside["score"] > kept["score"]
+        assert (beside["step"], beside["score"]) == (best_step, best)
+        assert f"the best check's model (step {best_step}" in r.text
     assert (out / "last").is_dir() == (kept["step"] != summary["global_step"])
     rows = [json.loads(line) for line in (out / "heldout_rows.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows] == [c["step"] for c in curve] and len(rows[0]["per_row"]) == 50
@@ -110,3 +119,39 @@ def test_a_run_that_does_not_beat_its_start_keeps_it_and_says_so(cli, sft_model,
     assert [a["name"] for a in fired if a["name"] in ("overfitting", "no_gain")] == summary["alarms"][-1:]
     assert "no held-out check beat the start clearly" in fired[-1]["message"] and fired[-1]["action"] == "warn"
     assert (out / "last").is_dir() and not (out / "start").exists()
+
+
+def test_a_kept_last_model_keeps_the_better_checks_model_beside_it(tmp_path):
+    """rlft.methods.keep.KeptModels: when the last model is kept within noise of a better check, that check's
+    model stays in best/ (so `rlft eval` can read both) and summary.json names it; when the better check is the
+    one kept, best/ goes (its model is the run folder's)."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from rlft.methods.keep import KeptModels
+    from rlft.watch.overfit import Check
+
+    def run(scores: list[float], n: int = 150):
+        out = tmp_path / "-".join(map(str, scores))
+        watcher = SimpleNamespace(checks=[], alarm_names=set(), end_checks=lambda keep_start: None)
+
+        def save(path):
+            Path(path).mkdir(parents=True, exist_ok=True)
+            (Path(path) / "weights.bin").write_text(f"step {watcher.checks[-1].step}")
+
+        keep = KeptModels(out, watcher, save)
+        for step, score in enumerate(scores):
+            right = set(random.Random(step).sample(range(n), round(score * n)))  # checks that churn, as real ones
+            watcher.checks.append(Check(step * 10, score, [float(i in right) for i in range(n)], "pass_at_1", 0.04))
+            keep.after_check()
+        return out, keep.finish(10 * (len(scores) - 1), Console(quiet=True))
+
+    out, info = run([0.30, 0.45, 0.42])  # the last within noise of step 10: kept, step 10's model beside it
+    assert info["kept"]["step"] == 20 and info["kept"]["best_beside"] == {"step": 10, "score": 0.45,
+                                                                          "folder": "best"}
+    assert (out / "best/weights.bin").read_text() == "step 10" and (out / "weights.bin").read_text() == "step 20"
+    assert not (out / "start").exists()
+    out, info = run([0.30, 0.45, 0.30])  # the last fell clearly: step 10 kept, nothing beside it
+    assert info["kept"]["step"] == 10 and "best_beside" not in info["kept"]
+    assert not (out / "best").exists() and (out / "weights.bin").read_text() == "step 10"

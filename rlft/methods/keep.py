@@ -7,8 +7,10 @@ checks so far, rlft.watch.overfit.Check) and a `save(path)` that writes the curr
                   is the best so far (ties: the later one): the candidates rlft.watch.overfit.kept_check chooses from;
   finish(...)     at the end: the end-of-run no_gain alarm (when the run completed), then the kept check's model
                   into the run folder with the last one beside it in out/last (or the last one into the run
-                  folder when it is kept, when watch.keep_best is off, or when the kept one was not saved);
-                  returns summary.json's `heldout` (metric, curve) and `kept` (step, score, why).
+                  folder when it is kept, when watch.keep_best is off, or when the kept one was not saved; when
+                  the last is kept within noise of a better check, that check's model stays in out/best, so
+                  `rlft eval` can read both); returns summary.json's `heldout` (metric, curve) and `kept` (step,
+                  score, why, and `best_beside` when out/best stays).
 """
 
 from __future__ import annotations
@@ -63,15 +65,26 @@ class KeptModels:
                     if f.is_file():
                         shutil.copy2(f, self.out / f.name)
                 console.print(f"[bold]kept[/] the model of step {kept.step}: {why}", highlight=False)
+            beside = None
         else:
             self.save(str(self.out))
             if kept is not None and kept.step != last_step:
                 why = ("the last model (watch.keep_best=false)" if not self.enabled
                        else "the last model (the best check's model was not saved)")
                 kept = checks[-1]
+            beside = next((c for c in checks if c.step == self.best_step), None) if (
+                self.enabled and self.best_step is not None and self.best_step != last_step
+                and (self.out / "best").is_dir()) else None
         if self.main:
-            shutil.rmtree(self.out / "best", ignore_errors=True)
+            if beside is None:
+                shutil.rmtree(self.out / "best", ignore_errors=True)
+            else:
+                console.print(f"the best check's model (step {beside.step}, {beside.score:.3f}; within noise of "
+                              f"the last) is beside it in {self.out / 'best'}", highlight=False)
             shutil.rmtree(self.out / "start", ignore_errors=True)
         if not checks:
             return {}
-        return {"heldout": summary(checks), "kept": {"step": kept.step, "score": round(kept.score, 4), "why": why}}
+        info = {"step": kept.step, "score": round(kept.score, 4), "why": why}
+        if beside is not None:
+            info["best_beside"] = {"step": beside.step, "score": round(beside.score, 4), "folder": "best"}
+        return {"heldout": summary(checks), "kept": info}
