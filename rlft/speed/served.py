@@ -75,11 +75,12 @@ def _copy(base) -> dict[str, Any] | str:
     need = sum(p.numel() for p in frozen.values()) * 4
     free = _available_bytes()
     if free is not None and need > MAX_MEMORY_SHARE * free:
-        why = (f"an fp32 copy of the base ({need / 2**30:.1f} GiB) would take more than "
-               f"{MAX_MEMORY_SHARE:.0%} of the {free / 2**30:.1f} GiB available")
-        _copies[base] = why
-        return why
-    plain = loader()
+        return _stand_aside(base, f"an fp32 copy of the base ({need / 2**30:.1f} GiB) would take more than "
+                                  f"{MAX_MEMORY_SHARE:.0%} of the {free / 2**30:.1f} GiB available")
+    try:
+        plain = loader()
+    except Exception as exc:  # files moved or damaged mid-run: the check runs as training does, and says so
+        return _stand_aside(base, f"the fp32 reload failed ({type(exc).__name__}: {str(exc)[:120]})")
     loaded = {n: p.detach() for n, p in plain.named_parameters()}
     result: dict[str, Any] | str = {}
     for name, p in frozen.items():
@@ -89,8 +90,20 @@ def _copy(base) -> dict[str, Any] | str:
             break
         result[name] = t
     del plain, loaded
+    if isinstance(result, str):
+        return _stand_aside(base, result)
     _copies[base] = result
     return result
+
+
+def _stand_aside(base, why: str) -> str:
+    """Remember `why` for the run's later checks and say it once: its checks run on the bf16 base."""
+    from rich.console import Console
+
+    _copies[base] = why
+    Console(stderr=True).print(f"note: held-out checks run on the bf16 base this run trains on, not the fp32 "
+                               f"weights rlft eval serves: {why}", highlight=False, soft_wrap=True)
+    return why
 
 
 @contextlib.contextmanager

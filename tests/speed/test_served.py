@@ -57,6 +57,24 @@ def test_a_check_on_a_bf16_base_reads_what_the_fp32_model_replies(tiny_dir, monk
     assert {n: (p.dtype, p.data_ptr()) for n, p in bf16.named_parameters()} == before
 
 
+def test_a_failed_reload_leaves_the_check_on_the_bf16_base_and_says_so(tiny_dir, capsys):
+    from rlft import speed
+    from rlft.speed import served
+
+    model = _model(tiny_dir, "bfloat16")
+    before = {n: p.data_ptr() for n, p in model.named_parameters()}
+
+    def gone():
+        raise OSError("runs/sft-store: no such folder")
+
+    served.remember(model, gone)
+    for _ in range(2):  # said once, remembered for the run's later checks
+        with speed.served_weights(model) as why:
+            assert why.startswith("the fp32 reload failed (OSError: runs/sft-store: no such folder")
+    assert capsys.readouterr().err.count("note: held-out checks run on the bf16 base") == 1
+    assert {n: p.data_ptr() for n, p in model.named_parameters()} == before
+
+
 def test_an_fp32_run_and_speedups_off_stand_aside(tiny_dir):
     from rlft import speed
 
