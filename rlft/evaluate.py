@@ -98,9 +98,16 @@ def _score(scorer: Callable, rows: list[dict], completions: list[str], repeat: i
 
 
 def evaluate_rows(model, tok, rows: list[dict], scorer: Callable = exact_match, max_new_tokens: int = 32,
-                  batch_size: int = 64, samples: int = 0, temperature: float = 1.0) -> EvalResult:
+                  batch_size: int = 64, samples: int = 0, temperature: float = 1.0,
+                  served: bool = False) -> EvalResult:
     """Greedy pass@1 and mean reward of `model` on verifiable rows (prompt + gold fields); with
-    `samples` K > 0, also the share of K sampled completions per prompt that pass."""
+    `samples` K > 0, also the share of K sampled completions per prompt that pass. `served`: a run's model in
+    training, measured on the weights users serve (rlft.speed.served: the fp32 base under a bf16-base LoRA run)."""
+    if served:
+        from rlft import speed
+
+        with speed.served_weights(model):
+            return evaluate_rows(model, tok, rows, scorer, max_new_tokens, batch_size, samples, temperature)
     prompts = [r["prompt"] for r in rows]
     completions = [c[0] for c in generate(model, tok, prompts, max_new_tokens=max_new_tokens,
                                           batch_size=batch_size)]

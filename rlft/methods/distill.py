@@ -93,5 +93,5 @@ def after(cfg: RunConfig, trainer, prepared: Prepared, console: Console) -> dict
     budget = cfg.distill.heldout_max_new_tokens or cfg.distill.max_completion_length
     checker = load_verifiers([cfg.distill.heldout_verifier])[0]
     result = evaluate_rows(trainer.model, trainer.processing_class, [r.data for r in prepared.eval_rows],
-                           scorer=checker, max_new_tokens=budget)
+                           scorer=checker, max_new_tokens=budget, served=True)
     return {"heldout_pass_at_1": result.pass_at_1}

@@ -208,7 +208,8 @@ def heldout(cfg, section: str, trainer, eval_rows, reward_fn) -> dict[str, float
     budget = sec.get("heldout_max_new_tokens") or sec["max_completion_length"]
     rows = [r.data for r in eval_rows]
     checker = load_verifiers(list(sec["verifiers"]) or [cfg.watch.holdout_verifier])[0]
-    result = evaluate_rows(trainer.model, trainer.processing_class, rows, scorer=checker, max_new_tokens=budget)
+    result = evaluate_rows(trainer.model, trainer.processing_class, rows, scorer=checker, max_new_tokens=budget,
+                           served=True)
     out = {"heldout_pass_at_1": result.pass_at_1, "heldout_mean_reward": result.mean_reward}
     if sec.get("reward_model"):
         scores = reward_fn([s["completion"] for s in result.samples], prompts=[s["prompt"] for s in result.samples],

@@ -1,5 +1,7 @@
 """The speed layer: what makes TRL's methods fast on a CPU. The methods themselves are TRL's (rlft/methods/);
-this package only changes how the same numbers are computed, and stands aside wherever it does not apply.
+this package only changes how the same numbers are computed, and stands aside wherever it does not apply. The one
+place where it changes a number is on purpose: `served_weights` has a bf16-base run's held-out checks read the fp32
+weights users serve, where the bf16 base it trains on (precision) would read others.
 
 Four entry points are the whole seam with the rest of rlft:
   prepare_model(model, dtype, ...)  rlft.models.load_model, on every model rlft loads (with its pre-load half,
@@ -38,7 +40,8 @@ What each module changes, against what TRL / transformers would do, and where it
 - trl_patches: on the CPU, TRL's fused LM head projects the labelled positions only, in narrower tiles with
   leaner folds, and glibc keeps freed memory. Aside: GPUs (Triton), TRL versions without these settings.
 - switch: `train.speedups=false` turns every entry point above into TRL's / transformers' own path (and
-  `decode` into None: `generate`), for A/B checks and debugging; precision still decides the dtype.
+  `decode` into None: `generate`), for A/B checks and debugging; precision still decides the dtype, and
+  held-out checks then read the bf16 base a bf16 run trains on (served_weights stands aside).
 
 Each module's docstring says where it departs and what it checks against (tests/speed/ mirrors this package);
 what the whole layer buys is measured by bench/bench_speedups.py (on against off) and the per-module benches,

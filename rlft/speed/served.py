@@ -2,26 +2,32 @@
 
 rlft.speed.precision trains such a run on bf16 base weights (the speed), while `rlft eval`, merge and export serve
 its adapter on the fp32 base. The two disagree on greedy replies at near-ties, and a run keeps the model its
-held-out checks pick (rlft.methods.keep), so checks on the bf16 base pick by numbers no user sees: on SmolLM2's
-support-store SFT model (150 prompts, BENCHMARKS.md "The in-run check against rlft eval") fp32 read 0.353 and the
-same weights as a bf16 run loads them 0.320.
+held-out checks pick (rlft.methods.keep), so checks on the bf16 base pick by numbers no user sees (the support
+store's SFT model, 150 prompts: fp32 0.347 as `rlft eval` reads it, bf16 base 0.333, 40 replies different;
+BENCHMARKS.md "Held-out checks on the fp32 base").
 
 So a check runs on fp32 weights: `swapped(model)` puts an fp32 copy of every frozen base weight in place
 (`param.data`) for the check and the run's own tensors back after it, whatever the check raised. The adapter is
-the run's own (fp32 already), and every matmul then runs in fp32 (rlft.speed.activations' layers multiply in
-their weight's dtype). The copy is loaded once, on the first check, by the loader rlft.models registered for the
-model (`remember`): the run's start model loaded again in fp32, its adapter merged in fp32 as the run's was. It is
-kept for the run's later checks, 4 bytes a weight (540 MB for SmolLM2).
+the run's own (fp32 already) and runs unmerged, so the check computes what `rlft eval` computes on the merged
+fp32 weights up to fp32 rounding; every matmul runs in fp32 (rlft.speed.activations' layers multiply in their
+weight's dtype). A policy whose `generate` is rlft.speed.sampling's bf16 copy (GRPO, RLOO, distillation,
+bootstrap) generates through its own `generate` for the check. The copy is loaded once, on the first check, by
+the loader rlft.models registered for the model (`remember`): the run's start model loaded again in fp32, an
+earlier stage's adapter merged in fp32 as the run's was. It is kept for the run's later checks, 4 bytes a weight
+(540 MB for SmolLM2).
 
 Stands aside (the check then runs on the bf16 base under autocast, as training runs it; `swapped` yields the
-reason) where nothing was registered (fp32 runs, GPUs, 4-bit bases, full fine-tuning, speedups off), where the
-copy would take more than MAX_MEMORY_SHARE of the memory available, or where the loaded weights do not match the
-model's by name and shape. What it costs: the reload once, and fp32 matmuls in each check (bench/heldout_check.py).
+reason, and a note says so once) where nothing was registered (fp32 runs, GPUs, 4-bit bases, full fine-tuning,
+speedups off), where the copy would take more than MAX_MEMORY_SHARE of this process's share of the memory left
+(the smaller of MemAvailable and the cgroup's room, over the processes of a multi-process run), where the reload
+fails, or where the loaded weights do not match the model's by name and shape. What it costs: the reload once,
+and fp32 matmuls in each check (bench/heldout_check.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,18 +54,40 @@ def _plain_name(name: str) -> str:
 
 
 def _available_bytes() -> int | None:
+    """This process's share of the memory it may still take: the smaller of MemAvailable and the cgroup's room
+    (a container's limit, which /proc/meminfo does not show), divided among the processes of a multi-process run
+    on this machine (each keeps its own copy)."""
+    room: list[int] = []
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+                room.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            room.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text().strip()))
+    except (OSError, ValueError):
+        pass
+    if not room:
         return None
-    return None
+    try:
+        procs = max(1, int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 1))
+    except ValueError:
+        procs = 1
+    return max(0, min(room)) // procs
+
+
+def _is_base_weight(name: str) -> bool:
+    """A weight of the base model, not of a peft tuner (the run's adapter, TRL's `ref` adapter, modules_to_save)."""
+    return not any(part.startswith("lora_") or part == "modules_to_save" for part in name.split("."))
 
 
 def _frozen(base) -> dict[str, Any]:
     """The base model's frozen floating-point weights by plain name (tied weights once)."""
-    return {_plain_name(n): p for n, p in base.named_parameters() if not p.requires_grad and p.is_floating_point()}
+    return {_plain_name(n): p for n, p in base.named_parameters()
+            if not p.requires_grad and p.is_floating_point() and _is_base_weight(n)}
 
 
 def _copy(base) -> dict[str, Any] | str:
@@ -118,11 +146,13 @@ def swapped(model) -> Iterator[str | None]:
         yield copy
         return
     params = _frozen(base)
-    own = {name: params[name].data for name in copy}
-    try:
-        for name, t in copy.items():
-            params[name].data = t
-        yield None
-    finally:
-        for name, t in own.items():
-            params[name].data = t
+    own = {name: params[name].data for name in copy if name in params}
+    sampler = model.__dict__.get("rlft_sampler")  # rlft.speed.sampling: its bf16 copy would not see the swap
+    with sampler.bypassed() if sampler is not None else contextlib.nullcontext():
+        try:
+            for name in own:
+                params[name].data = copy[name]
+            yield None
+        finally:
+            for name, t in own.items():
+                params[name].data = t

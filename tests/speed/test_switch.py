@@ -28,6 +28,8 @@ def test_off_every_entry_point_stands_aside(off, tiny_dir):
     assert speed.trainer_class(GRPOTrainer) is GRPOTrainer  # TRL's own class, no prompt sharing
     assert speed.load_options(torch.bfloat16) == {}
     assert speed.attach(model, trl_patches=True) is None and "generate" not in model.__dict__
+    with speed.served_weights(model) as why:  # a held-out check reads the model as it is
+        assert why == "speedups off"
     ids = torch.tensor([[10, 20, 30]])
     assert decode(model, input_ids=ids, attention_mask=torch.ones_like(ids),
                   generation_config=GenerationConfig(max_new_tokens=2, pad_token_id=0)) is None  # generate's
