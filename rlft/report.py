@@ -220,6 +220,9 @@ def render_markdown(run: dict[str, Any], written: list[tuple[Panel, Path]]) -> s
     if summary.get("kept"):
         lines.append(f"- model kept in the run folder: step {summary['kept'].get('step')}, because "
                      f"{summary['kept'].get('why')}")
+        if isinstance(b := summary["kept"].get("best_beside"), dict):
+            lines.append(f"- the best check's model (step {b.get('step')}, {_fmt(b.get('score'))}) is beside it in "
+                         f"{b.get('folder')}/")
     if run.get("preflight"):
         p = run["preflight"]
         interval = p.get("mixed_interval")

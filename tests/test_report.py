@@ -123,3 +123,14 @@ def test_report_of_a_run_with_nan_loss_and_no_summary(tmp_path):
     write_jsonl(run / "metrics.jsonl", [{"step": 1, "loss": 2.0}, {"step": 2, "loss": "nan"}, '{"step": 3, "lo'])
     md = write_report(run).read_text()
     assert "| loss | 2 | 2 | 1-1 |" in md and (run / "report/loss.png").exists()
+
+
+def test_the_report_names_the_better_check_kept_beside_the_last(tmp_path):
+    run = synthetic_run(tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["kept"] = {"step": 40, "score": 0.42, "why": "the last check, within noise of the best",
+                       "best_beside": {"step": 20, "score": 0.45, "folder": "best"}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    md = write_report(run).read_text()
+    assert "- model kept in the run folder: step 40" in md
+    assert "- the best check's model (step 20, 0.45) is beside it in best/" in md

@@ -360,7 +360,7 @@ def _rounds(cfg: RunConfig, run_, prepared: Prepared, interrupt) -> RunResult:
 
         checker = load_verifiers(list(sec["verifiers"]))[0]
         res = evaluate_rows(model, tok, [r.data for r in prepared.eval_rows], scorer=checker,
-                            max_new_tokens=sec.get("heldout_max_new_tokens") or sec["max_new_tokens"])
+                            max_new_tokens=sec.get("heldout_max_new_tokens") or sec["max_new_tokens"], served=True)
         final = {"heldout_pass_at_1": res.pass_at_1, "heldout_mean_reward": res.mean_reward}
     if checks:
         final.setdefault("heldout/score", checks[-1].score)
@@ -371,9 +371,10 @@ def _rounds(cfg: RunConfig, run_, prepared: Prepared, interrupt) -> RunResult:
 
 def _keep(out: Path, checks, best_step, last_step: int, save, console, enabled: bool) -> dict[str, Any]:
     """The kept round's model into the run folder (rlft.watch.overfit.kept_check), the last one in last/ when they
-    differ; start/ and best/ removed."""
+    differ; start/ removed, and best/ unless the last round is kept within noise of it (rlft.methods.keep)."""
     import shutil
 
+    from rlft.methods.keep import beside, tidy
     from rlft.watch.overfit import kept_check
 
     info: dict[str, Any] = {}
@@ -391,11 +392,13 @@ def _keep(out: Path, checks, best_step, last_step: int, save, console, enabled: 
         console.print(f"[bold]kept[/] the model of round {kept.step}: {why}", highlight=False)
     else:
         save(out)
-    shutil.rmtree(out / "best", ignore_errors=True)
-    shutil.rmtree(out / "start", ignore_errors=True)
+    better = None if source is not None else beside(checks, best_step, kept, last_step, out, enabled)
+    tidy(out, better, console)
     if kept is not None:
         info["kept"] = {"step": kept.step if source is not None else last_step,
                         "score": round(kept.score if source is not None else checks[-1].score, 4), "why": why}
+        if better is not None:
+            info["kept"]["best_beside"] = {"step": better.step, "score": round(better.score, 4), "folder": "best"}
     return info
 
 

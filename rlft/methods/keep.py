@@ -65,26 +65,38 @@ class KeptModels:
                     if f.is_file():
                         shutil.copy2(f, self.out / f.name)
                 console.print(f"[bold]kept[/] the model of step {kept.step}: {why}", highlight=False)
-            beside = None
+            better = None
         else:
             self.save(str(self.out))
+            better = beside(checks, self.best_step, kept, last_step, self.out, self.enabled)
             if kept is not None and kept.step != last_step:
                 why = ("the last model (watch.keep_best=false)" if not self.enabled
                        else "the last model (the best check's model was not saved)")
                 kept = checks[-1]
-            beside = next((c for c in checks if c.step == self.best_step), None) if (
-                self.enabled and self.best_step is not None and self.best_step != last_step
-                and (self.out / "best").is_dir()) else None
         if self.main:
-            if beside is None:
-                shutil.rmtree(self.out / "best", ignore_errors=True)
-            else:
-                console.print(f"the best check's model (step {beside.step}, {beside.score:.3f}; within noise of "
-                              f"the last) is beside it in {self.out / 'best'}", highlight=False)
-            shutil.rmtree(self.out / "start", ignore_errors=True)
+            tidy(self.out, better, console)
         if not checks:
             return {}
         info = {"step": kept.step, "score": round(kept.score, 4), "why": why}
-        if beside is not None:
-            info["best_beside"] = {"step": beside.step, "score": round(beside.score, 4), "folder": "best"}
+        if better is not None:
+            info["best_beside"] = {"step": better.step, "score": round(better.score, 4), "folder": "best"}
         return {"heldout": summary(checks), "kept": info}
+
+
+def beside(checks: list, best_step: int | None, kept, last_step: int, out: Path, enabled: bool):
+    """The better check whose model stays in out/best beside a kept last model (`kept` is the last check, kept
+    within noise of it), or None. Shared with rlft.methods.bootstrap's rounds."""
+    if not (enabled and kept is not None and kept.step == last_step and best_step is not None
+            and best_step != last_step and (out / "best").is_dir()):
+        return None
+    return next((c for c in checks if c.step == best_step and c.score > kept.score), None)
+
+
+def tidy(out: Path, better, console) -> None:
+    """Remove the candidates' folders at the end of a run: start/ always, best/ unless `better` stays in it."""
+    if better is None:
+        shutil.rmtree(out / "best", ignore_errors=True)
+    else:
+        console.print(f"the best check's model (step {better.step}, {better.score:.3f}; the last is within noise "
+                      f"of it) is beside it in {out / 'best'}", highlight=False)
+    shutil.rmtree(out / "start", ignore_errors=True)
