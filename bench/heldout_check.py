@@ -6,7 +6,9 @@
 Loads the model as a LoRA run over a CPU bf16 base loads it (rlft.models.load_model, model.dtype bfloat16, a fresh
 adapter, the run's chat wrapping when the rows are plain prompts and --as-chat), then times rlft.watch.heldout.measure
 both ways, interleaved, best of --reps: "fp32 base" (what a run's checks now run on; the first call's reload of the
-fp32 copy is timed apart) and "bf16 base" (the copy refused, as before). Prints each one's pass@1 and seconds, the
+fp32 copy is timed apart) and "bf16 base" (the copy refused, as before). `--sampler`: with rlft.speed.sampling's
+merged bf16 copy attached first (GRPO's case: the bf16 check runs on it, the fp32 one through the policy's own
+`generate`). Prints each one's pass@1 and seconds, the
 ratio, how many replies differ, and the CPU model, bf16 flag, threads and load before and after.
 """
 
@@ -29,6 +31,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--as-chat", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--sampler", action="store_true", help="attach rlft.speed.sampling's copy first, as GRPO, RLOO, "
+                    "distillation and bootstrap do: the bf16 check then runs on that merged bf16 copy")
     args = ap.parse_args()
 
     import torch
@@ -49,6 +53,10 @@ def main() -> None:
                                     "model.lora.enabled=true"], check_trl=False)
     tok = load_run_tokenizer(cfg)
     model = load_model(cfg.model)
+    if args.sampler:
+        from rlft import speed
+
+        print(f"sampler: {speed.attach(model) is not None}", flush=True)
     rows = read_rows(args.rows, max_rows=args.limit)
     rows = [r.data for r in (wrap_as_chat(rows) if args.as_chat else rows)]
     scorer, _ = load_verifiers([args.verifier])
