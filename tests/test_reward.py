@@ -234,3 +234,30 @@ def test_reward_loss_settings_that_cannot_apply_are_refused_before_anything_is_w
     assert r.code == 2, r.text
     assert says in " ".join(r.text.split()), r.text
     assert not out.exists()
+
+
+def test_a_bf16_base_reward_run_measures_its_end_checks_on_the_fp32_weights_ppo_loads(cli, tmp_path, tiny_dir,
+                                                                                     monkeypatch):
+    """rlft reward's end-of-run pair accuracy and truth checks (what PPO's pre-flight recalls from
+    truth_measured.json) read the weights a later stage loads: under a LoRA run on a bf16 base (here asked for with
+    train.bf16=true, on any CPU), the fp32 base (rlft.speed.served), not the bf16 one it trained on."""
+    import torch
+
+    import rlft.reward_model.scoring as scoring
+
+    seen = []
+    original = scoring.pair_accuracy
+
+    def spy(reward, rows):
+        seen.append({p.dtype for n, p in reward.policy.named_parameters() if "lora_" not in n})
+        return original(reward, rows)
+
+    monkeypatch.setattr(scoring, "pair_accuracy", spy)
+    out = tmp_path / "irm"
+    r = cli("reward", "--pairs", DATA / "arith/pairs_train.jsonl", "--eval-data", DATA / "arith/pairs_eval.jsonl",
+            "--model", tiny_dir, "--lora", "-o", out, "--max-steps", "2", "--batch-size", "8",
+            "--set", "reward.objective=implicit", "--set", "reward.max_length=32", "--set", "data.max_rows=32",
+            "--set", "train.bf16=true")
+    assert r.code == 0, r.text
+    assert "bf16 base weights" in r.text, r.text
+    assert seen and all(s == {torch.float32} for s in seen), seen

@@ -252,7 +252,8 @@ SPEED_CALLERS = {"rlft.models", "rlft.evaluate", "rlft.methods.common", "rlft.me
                  "rlft.commands.options", "rlft.methods.bootstrap", "rlft.methods.bootstrap_sampling",
                  "rlft.dspy.engine", "rlft.dspy.reinforce", "rlft.methods.ppo_rollout", "rlft.methods.sft",
                  "rlft.reward_model.implicit",  # implicit: the reply's logits only (decode.last_positions), as PPO
-                 "rlft.watch.heldout"}  # served_weights: a check on the fp32 base a bf16 LoRA run serves
+                 "rlft.watch.heldout",  # served_weights: a check on the fp32 base a bf16 LoRA run serves
+                 "rlft.methods.reward"}  # served_weights: the end-of-run pair accuracy and truth checks, likewise
 
 
 def test_package_layout():

@@ -121,10 +121,9 @@ def scorer_of(cfg: RunConfig, trainer):
 
 
 def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
-    """Pair accuracy (chosen scored above rejected) on the first training pairs and on the held-out pairs; an
-    implicit reward model also gets its marker (rlft.reward_model.implicit), which makes the folder load as one."""
-    from rlft.reward_model.scoring import pair_accuracy
-
+    """Pair accuracy (chosen scored above rejected) on the first training pairs and on the held-out pairs, and the
+    truth checks (`truth_agreement`), all on the weights a later stage loads; an implicit reward model also gets its
+    marker (rlft.reward_model.implicit), which makes the folder load as one."""
     out: dict = {}
     if implicit(cfg):
         from rlft.models import resolve_model_path
@@ -133,6 +132,16 @@ def after(cfg: RunConfig, trainer, prepared: Prepared, console) -> dict:
         # under LoRA the reference is the adapter's base (what the run folder's adapter names); else the start
         write_marker(Path(trainer.args.output_dir), float(cfg.reward.beta),
                      None if cfg.model.lora.enabled else resolve_model_path(cfg.model.name_or_path))
+    from rlft import speed
+
+    # measured on the weights PPO, eval and verify load (rlft.speed.served: the fp32 base of a bf16-base run)
+    with speed.served_weights(trainer.model):
+        return _measured(cfg, trainer, prepared, console, out)
+
+
+def _measured(cfg: RunConfig, trainer, prepared: Prepared, console, out: dict) -> dict:
+    from rlft.reward_model.scoring import pair_accuracy
+
     reward = scorer_of(cfg, trainer)
     for key, rows in (("train_pair_accuracy", prepared.train_rows[:PAIR_ACCURACY_ROWS]),
                       ("heldout_pair_accuracy", prepared.eval_rows)):
