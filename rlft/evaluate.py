@@ -55,7 +55,11 @@ def generate_detailed(model, tok, prompts: Sequence[Any], *, max_new_tokens: int
                 gen_kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
             with torch.no_grad():
                 ids = decode(model, **batch, **gen_kwargs)
-                if ids is None:  # a model the loop does not drive (a peft wrapper, no KV cache): its own generate
+                if ids is None and hasattr(model, "get_base_model") and "generate" not in model.__dict__:
+                    # a peft wrapper (no sampling copy answering its generate): the loop drives the model under
+                    # it, whose layers carry the adapter (the same tokens; what a held-out check decodes)
+                    ids = decode(model.get_base_model(), **batch, **gen_kwargs)
+                if ids is None:  # a model the loop does not drive (no KV cache): its own generate
                     ids = model.generate(**batch, **gen_kwargs)
             new = ids[:, batch["input_ids"].shape[1]:]
             finished = torch.isin(new, torch.tensor(stops, device=new.device)).any(dim=1).tolist()
