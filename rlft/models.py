@@ -197,7 +197,8 @@ def load_model(model_cfg: Any, *, trainable: bool = True, with_lora: bool = True
     four_bit = model_cfg.load_in_4bit
     lora_trainable = with_lora and model_cfg.lora.enabled and trainable and not four_bit
     speed.prepare_model(model, dtype, four_bit=four_bit, lora_trainable=lora_trainable,
-                        fp32_source=functools.partial(_fp32_base, model_cfg) if head == "causal" else None)
+                        fp32_source=functools.partial(_fp32_base, model_cfg) if lora_trainable and head == "causal"
+                        else None)
     return model
 
 

@@ -45,6 +45,7 @@ size of the fp32 weights, are not worth copying).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 
@@ -183,22 +184,17 @@ class PolicySampler:
     def _policy_generate(self, *args: Any, **kwargs: Any):
         return type(self.policy).generate(self.policy, *args, **kwargs)
 
+    @contextlib.contextmanager
     def bypassed(self):
         """A context in which the policy's `generate` is its own (peft's, on the policy's current weights), not
         the copy's: rlft.speed.served puts fp32 base weights in the policy for a held-out check, which a bf16
         copy would not see. The copy is untouched; the policy's `generate` is the sampler's again after."""
-        import contextlib
-
-        @contextlib.contextmanager
-        def scope():
-            ours = self.policy.__dict__.pop("generate", None)
-            try:
-                yield
-            finally:
-                if ours is not None:
-                    self.policy.__dict__["generate"] = ours
-
-        return scope()
+        ours = self.policy.__dict__.pop("generate", None)
+        try:
+            yield
+        finally:
+            if ours is not None:
+                self.policy.__dict__["generate"] = ours
 
     def detach(self) -> None:
         """Give the policy its own `generate` back and drop the copy."""

@@ -91,14 +91,11 @@ def _frozen(base) -> dict[str, Any]:
 
 
 def _copy(base) -> dict[str, Any] | str:
-    """The fp32 weights for `base` (loaded on first use and kept), or why there are none."""
+    """The fp32 weights for `base` (loaded on first use and kept), or why there are none; `base` has a source."""
     import torch
 
     if base in _copies:
         return _copies[base]
-    loader = _sources.get(base)
-    if loader is None:
-        return "no fp32 source"
     frozen = _frozen(base)
     need = sum(p.numel() for p in frozen.values()) * 4
     free = _available_bytes()
@@ -106,7 +103,7 @@ def _copy(base) -> dict[str, Any] | str:
         return _stand_aside(base, f"an fp32 copy of the base ({need / 2**30:.1f} GiB) would take more than "
                                   f"{MAX_MEMORY_SHARE:.0%} of the {free / 2**30:.1f} GiB available")
     try:
-        plain = loader()
+        plain = _sources[base]()
     except Exception as exc:  # files moved or damaged mid-run: the check runs as training does, and says so
         return _stand_aside(base, f"the fp32 reload failed ({type(exc).__name__}: {str(exc)[:120]})")
     loaded = {n: p.detach() for n, p in plain.named_parameters()}
