@@ -257,10 +257,11 @@ def update(model, optimizer, accelerator, ro: Rollout, cfg: RunConfig, generator
 def heldout(policy, tok, rows: list[dict], scorer: Callable, reward_fn: Callable | None, max_new_tokens: int,
             score_with_reward: bool) -> dict[str, float]:
     """Greedy pass@1 on held-out rows under the verifier; with a reward model, also its mean score on the
-    same completions (reward up while pass@1 falls is reward hacking)."""
+    same completions (reward up while pass@1 falls is reward hacking). A policy on a CPU bf16 base is checked on
+    the fp32 weights users serve, as the periodic checks are (rlft.speed.served)."""
     from rlft.evaluate import evaluate_rows
 
-    result = evaluate_rows(policy, tok, rows, scorer=scorer, max_new_tokens=max_new_tokens)
+    result = evaluate_rows(policy, tok, rows, scorer=scorer, max_new_tokens=max_new_tokens, served=True)
     out = {"heldout_pass_at_1": result.pass_at_1, "heldout_mean_reward": result.mean_reward}
     if score_with_reward and reward_fn is not None:
         gold = {k: [r.get(k) for r in rows] for k in {k for r in rows for k in r if k != "prompt"}}

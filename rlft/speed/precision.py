@@ -178,8 +178,6 @@ def decide(*, cuda: bool, flag: str | None, lora: bool, four_bit: bool, dtype: s
         from rlft.errors import UserError
 
         raise UserError(*problem)
-    if method == "ppo" and dtype == "auto":  # its value head and loss math are fp32 code (rlft/methods/ppo*.py)
-        return Precision("float32", False, "precision: fp32 (rlft's PPO keeps fp32 on the CPU)")
     cpu_dtype = weights_dtype(dtype, Device(cuda=False))  # `auto` is fp32 on the CPU, unless LoRA's bf16 below
     if four_bit:
         return Precision(cpu_dtype, bf16, "precision: 4-bit base, fp32 compute on this CPU")

@@ -54,7 +54,7 @@ def _cfg(lora=True, dtype="auto", bf16=None, method="sft"):
     (dict(dtype="bfloat16"), False, "bfloat16"),      # the user's own dtype
     (dict(bf16=True), False, "bfloat16"),             # asked for
     (dict(bf16=False), False, "float32"),
-    (dict(method="ppo"), False, "float32"),
+    (dict(method="ppo"), True, "bfloat16"),           # as every LoRA method
 ])
 def test_apply_measures_only_when_the_flag_decides(monkeypatch, kw, measured, weights):
     import rlft.speed.precision as precision
@@ -95,9 +95,13 @@ def test_gpus_keep_trls_defaults():
     assert decide(**{**gpu, "dtype": "float16"}, cuda_bf16=True).weights == "float16"
 
 
-def test_rlft_ppo_stays_fp32_on_the_cpu():
+def test_rlft_ppo_trains_on_a_bf16_base_like_the_other_lora_methods():
+    """PPO's value head is trained fp32 over the bf16 base (models._fp32_trainable), its rollouts' log-probs are
+    recomputed by the same forward it trains with, and its checks read the fp32 base (rlft.speed.served)."""
     p = decide(cuda=False, flag="amx_bf16", lora=True, four_bit=False, dtype="auto", bf16=None, method="ppo")
-    assert (p.weights, p.autocast_bf16) == ("float32", False) and "PPO" in p.line
+    assert (p.weights, p.autocast_bf16) == ("bfloat16", False)
+    assert decide(cuda=False, flag=None, lora=True, four_bit=False, dtype="auto", bf16=None,
+                  method="ppo").weights == "float32"
 
 
 @pytest.mark.parametrize("lora", [False, True])
