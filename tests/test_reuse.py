@@ -57,3 +57,27 @@ def test_an_implicit_reward_model_takes_the_dpo_runs_model_only_for_the_same_tra
     save_file(state, str(last / "adapter_model.safetensors"), metadata={"format": "pt"})
     r = cli("reward", *implicit, "-o", tmp_path / "rm-after")
     assert r.code == 0 and "already trained" not in r.text, r.text
+
+
+def test_a_dpo_run_that_precomputed_its_reference_is_the_same_training(cli, tmp_path, tiny_dir):
+    """recipes/dpo_smollm2.yaml precomputes the reference's log-probs (dpo.precompute_ref_log_probs); the reward
+    recipe does not. The two trainings agree to float noise, so the reward run takes the DPO run's model."""
+    import torch
+
+    common = ("--model", tiny_dir, *PAIRS, "--max-steps", "6", "--batch-size", "4", "--lr", "1e-3", "--set",
+              "data.max_rows=24", "--set", "model.lora.enabled=true")
+    pre, plain, taken = tmp_path / "dpo-pre", tmp_path / "dpo-plain", tmp_path / "rm"
+    r = cli("dpo", *common, "--set", "dpo.max_length=32", "--set", "dpo.precompute_ref_log_probs=true", "-o", pre)
+    assert r.code == 0, r.text
+    r = cli("reward", *common, "--set", "reward.objective=implicit", "--set", "reward.max_length=32", "-o", taken)
+    assert r.code == 0 and "rlft dpo already trained this model" in r.text, r.text
+    assert json.loads((taken / "summary.json").read_text())["reused_training"]["run"] == str(pre.resolve())
+    # the same training with the reference computed at each step: the same adapter to float noise, far from its
+    # start (lora_B starts at zero)
+    r = cli("dpo", *common, "--set", "dpo.max_length=32", "-o", plain)
+    assert r.code == 0, r.text
+    a, b = _adapter(pre), _adapter(plain)
+    assert a.keys() == b.keys()
+    assert all(torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-3) for k in a), \
+        max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert max(float(b[k].abs().max()) for k in b if "lora_B" in k) > 1e-3  # 100 times the tolerance

@@ -2,15 +2,17 @@
 
 `rlft reward` with `reward.objective: implicit` trains with TRL's DPOTrainer, the DPO loss and beta that `rlft dpo`
 uses; with the same start, pairs and settings the two runs are one computation (with LoRA on the tiny model the
-two adapters are bitwise equal, whatever held-out checks either runs: tests/test_reuse.py). The shipped recipes
+two adapters are bitwise equal, whatever held-out checks either runs, and equal to float noise when one of them
+precomputed its reference: tests/test_reuse.py). The shipped recipes
 are such a pair (recipes/dpo_smollm2.yaml, recipes/reward_smollm2.yaml), so `make demo-prefs` and anyone who runs
 both would train the same model twice: on a 2-core CPU about 30 minutes.
 
 - `training_key`: a digest of everything the trained weights depend on, read from the trainer that is about to
   train: its TrainingArguments (every field but the few that only say where and how often to log, evaluate and
-  save: IGNORED), the tokenized training rows (so the tokenizer, chat template, max_length and row order are in
-  it), the start model's weights (a digest of its files), the LoRA config, the model's dtype, rlft's speed layer
-  switch, and the versions of torch, transformers, trl and peft. Anything not known to be harmless is in it, so
+  save, and whether DPO precomputes its reference: IGNORED), the tokenized training rows (so the tokenizer, chat
+  template, max_length and row order are in it; not the reference log-probs a precompute adds), the start
+  model's weights (a digest of its files), the LoRA config, the model's dtype, rlft's speed layer switch, and
+  the versions of torch, transformers, trl and peft. Anything not known to be harmless is in it, so
   a setting that differs makes a miss, never a wrong reuse. None (no reuse) without LoRA: the adapter is what is
   kept and loaded.
 - `register`: a completed, un-resumed rlft dpo run records its last model (the run folder's, or `last/` when the
@@ -32,10 +34,15 @@ from pathlib import Path
 from typing import Any
 
 # TrainingArguments fields that do not change the trained weights: where the run writes, how often it logs,
-# evaluates and saves (the held-out checks and evals were measured not to move the weights: tests/test_reuse.py)
+# evaluates and saves (the held-out checks and evals were measured not to move the weights: tests/test_reuse.py);
+# and DPOConfig's precompute_ref_log_probs: the reference's log-probs computed in one pass before training instead
+# of at each step, the same forward of the same frozen weights (batched otherwise, so equal to rounding: the
+# weights of the two trainings agree to float noise, tests/test_reuse.py)
 IGNORED = frozenset({"output_dir", "logging_dir", "logging_steps", "logging_strategy", "logging_first_step",
                      "eval_steps", "eval_strategy", "save_steps", "save_strategy", "save_total_limit", "report_to",
-                     "run_name", "disable_tqdm"})
+                     "run_name", "disable_tqdm", "precompute_ref_log_probs", "precompute_ref_batch_size"})
+# the columns that precompute adds to the training rows (TRL's DPOTrainer): the reference's numbers, not data
+PRECOMPUTED = frozenset({"ref_chosen_logps", "ref_rejected_logps"})
 FOLDER = "trained"
 
 
@@ -59,7 +66,7 @@ def _digest(value: Any) -> str:
 
 def _rows_digest(dataset) -> str:
     digest = hashlib.sha256()
-    for name in sorted(dataset.column_names):
+    for name in sorted(set(dataset.column_names) - PRECOMPUTED):
         digest.update(name.encode() + b"\0")
         for value in dataset[name]:
             digest.update(json.dumps(value, sort_keys=True, default=_plain).encode() + b"\n")
