@@ -266,6 +266,36 @@ def test_rollout_log_probs_are_what_the_first_update_sees(tiny_dir):
     assert stats["policy/ratio"].item() == pytest.approx(1.0, abs=1e-5)
 
 
+def test_the_old_log_probs_are_the_policys_forward_not_the_samplers_logits(tiny_dir):
+    """A sampler whose logits are not the policy's (a merged bf16 copy rounds the adapter): the rollout's log-probs
+    and the KL still come from the policy's own forward, so the first update's ratio is 1."""
+    from rlft.config import resolve
+    from rlft.methods.ppo_rollout import policy_and_value, ppo_loss, response_logprobs, rollout
+    from rlft.methods.ppo_setup import build_networks
+
+    cfg = resolve("ppo", None, {"model.name_or_path": (str(tiny_dir), "test")},
+                  ["ppo.response_length=6", "ppo.forward_batch_size=4"])
+    torch.manual_seed(0)
+    tok, policy, ref, value = build_networks(cfg)
+    generate = policy.generate
+
+    def off_sampler(*args, **kwargs):  # the tokens it samples are real; the logits it reports are off by noise
+        out = generate(*args, **kwargs)
+        out.logits = tuple(x + torch.randn_like(x) for x in out.logits)
+        return out
+
+    policy.generate = off_sampler
+    rows = [{"prompt": q, "answer": "1"} for q in ("1+1=", "12+30=", "7+7=", "99+99=")]
+    ro = rollout(policy, value, ref, tok, rows, lambda completions, **_: [1.0] * len(completions), cfg, "cpu")
+    with torch.no_grad():
+        want = response_logprobs(policy, ro.input_ids, ro.attention_mask, ro.position_ids, ro.responses,
+                                 cfg.ppo.temperature) * ro.mask
+    assert torch.allclose(ro.logprobs, want, atol=1e-6)
+    assert ro.stats["kl"].item() == pytest.approx(0.0, abs=1e-5)  # a fresh adapter: the policy is its reference
+    _, stats = ppo_loss(policy_and_value(policy, value).train(), ro, torch.arange(4), cfg)
+    assert stats["policy/ratio"].item() == pytest.approx(1.0, abs=1e-5) and stats["policy/clipfrac"].item() == 0.0
+
+
 def test_prompt_order_is_a_seeded_permutation_per_pass():
     from rlft.methods.ppo import PromptOrder
 

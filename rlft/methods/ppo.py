@@ -29,7 +29,10 @@ Where it departs from the paper (Schulman et al. 2017, as used for RLHF by Ziegl
   - the advantages are whitened per batch, and gamma is 1.0 by default (episodes are a few dozen tokens);
   - the value model is a separate network (a one-output score head on its own copy of the backbone,
     initialised from the policy's weights, head zeroed) rather than a second head on the policy;
-  - dropout is switched off in every network, so the rollout's log-probs are the ones the first update sees.
+  - dropout is switched off in every network, and the rollout's log-probs are recomputed by the policy's own
+    forward after sampling (as TRL's trainer did), not taken from the sampler's logits: the sampling copy
+    (rlft.speed.sampling: merged weights, bf16 over a bf16 base) rounds the adapter's small updates, and its
+    log-probs would put that rounding into the ratio and the KL. The first update sees ratio 1.
 
 Where it departs from TRL's old PPOTrainer (trl <= 1.12, trl.experimental.ppo):
   - the same data as the other rlft methods: text or chat prompts with gold fields, rendered like

@@ -127,22 +127,20 @@ def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Ca
                                   return_dict_in_generate=True)
             resp = out.sequences[:, plen:]
             logp_all = torch.log_softmax(torch.stack(out.logits, 1).float() / p.temperature, dim=-1)
-            logp = logp_all.gather(-1, resp.unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            entropy = -(logp_all.exp() * logp_all).sum(-1)  # logged only: the sampler's distribution
             del logp_all, out
-            chunks.append((resp, logp, entropy))
+            chunks.append((resp, entropy))
     width = max(c[0].shape[1] for c in chunks)
 
     def right_pad(x, value):
         return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
 
     responses = torch.cat([right_pad(c[0], pad) for c in chunks])
-    logprobs = torch.cat([right_pad(c[1], 0.0) for c in chunks])
-    entropy = torch.cat([right_pad(c[2], 0.0) for c in chunks])
+    entropy = torch.cat([right_pad(c[1], 0.0) for c in chunks])
     mask, ended = response_mask(responses, stops)
     # trim to the longest real response: the update never pays for padding columns
     keep = int(mask.sum(1).max().item())
-    responses, logprobs, entropy, mask = (x[:, :keep] for x in (responses, logprobs, entropy, mask))
+    responses, entropy, mask = (x[:, :keep] for x in (responses, entropy, mask))
     responses = torch.where(mask.bool(), responses, torch.full_like(responses, pad))
     input_ids = torch.cat([enc["input_ids"], responses], 1)
     attention_mask = torch.cat([enc["attention_mask"], mask.long()], 1)
@@ -155,12 +153,16 @@ def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Ca
                         **{k: [r.get(k) for r in rows] for k in gold_keys})
         raw = torch.tensor([0.0 if x is None else float(x) for x in raw], device=device)
 
-    ref_lp, vals, dense = [], [], []
+    # The old log-probs of the ratio and the KL: the policy's own forward, the one its update runs, not the
+    # sampler's logits (a merged copy, bf16 over a bf16 base, rounds LoRA's small updates away), so the first
+    # minibatch's ratio is 1 and the clip range measures the update alone (as TRL's PPOTrainer recomputed them)
+    lp, ref_lp, vals, dense = [], [], [], []
     with torch.no_grad():
         for s in range(0, len(rows), p.forward_batch_size):
             sl = slice(s, s + p.forward_batch_size)
             args = {"input_ids": input_ids[sl], "attention_mask": attention_mask[sl],
                     "position_ids": position_ids[sl]}
+            lp.append(response_logprobs(policy, **args, responses=responses[sl], temperature=p.temperature))
             with reference(policy, ref_model) as ref:
                 ref_lp.append(response_logprobs(ref, **args, responses=responses[sl], temperature=p.temperature))
             vals.append(token_values(value_model, **args)[:, plen - 1:-1])
@@ -168,7 +170,7 @@ def rollout(policy, value_model, ref_model, tok, rows: list[dict], reward_fn: Ca
                 dense.append(token_reward.token_rewards(**args, width=responses.shape[1]))
     ref_logprobs = torch.cat(ref_lp) * mask
     values = torch.cat(vals) * mask
-    logprobs = logprobs * mask
+    logprobs = torch.cat(lp) * mask
     if token_reward is not None:
         dense = torch.cat(dense).to(logprobs.dtype) * mask
         raw = dense.sum(1)
