@@ -19,7 +19,7 @@ loop rlft.evaluate and PPO's rollouts share). Nothing else in rlft imports this 
 What each module changes, against what TRL / transformers would do, and where it stands aside (TRL's own path):
 - precision: TRL trains fp32 on a CPU (`bf16=True` there is autocast over fp32 weights); rlft keeps a LoRA run's
   frozen base in bf16 and its adapter in fp32 where the CPU's bf16 units are measured faster. Aside: GPUs
-  (TRL's bf16 where supported), full fine-tuning, PPO, CPUs without a bf16 flag.
+  (TRL's bf16 where supported), full fine-tuning, CPUs without a bf16 flag.
 - activations: fp32 activations between the bf16 matmuls of that base, where transformers would run bf16
   throughout. Aside: models with bf16 weights in other kinds of module (GPT-2's Conv1D).
 - served: that run's held-out checks on an fp32 copy of its base (the weights `rlft eval` serves), where

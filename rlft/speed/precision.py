@@ -17,7 +17,8 @@ not TRL's `bf16=True`, which on a CPU is autocast over fp32 weights: every weigh
 sampling included, and a GRPO step took 100-190 s against ~15 s in fp32 on an AMX machine. Full fine-tuning
 stays fp32 by default (bf16 weights without an fp32 master copy drop updates smaller than their rounding);
 `--set train.bf16=true` then asks for TRL's autocast as given. `--set train.bf16=false` keeps fp32 weights.
-rlft's own PPO stays fp32 on the CPU (its value head and loss math were written for fp32; not measured in bf16).
+rlft's own PPO takes the same route: its value head is trained in fp32 over the bf16 base like a reward model's
+score head (rlft.models._fp32_trainable), and its rollouts' log-probs come from the training forward.
 
 This module is the one place precision is decided, on every device: `decide` is pure (the config's flags and a
 `Device`'s facts in, a `Precision` out) so it is testable on any machine; `apply` reads this machine and writes
