@@ -81,3 +81,22 @@ def test_a_dpo_run_that_precomputed_its_reference_is_the_same_training(cli, tmp_
     assert all(torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-3) for k in a), \
         max(float((a[k] - b[k]).abs().max()) for k in a)
     assert max(float(b[k].abs().max()) for k in b if "lora_B" in k) > 1e-3  # 100 times the tolerance
+
+
+def test_the_shipped_dpo_and_reward_recipes_are_one_training():
+    """make demo-prefs trains DPO once: recipes/reward_smollm2.yaml must train exactly what recipes/dpo_smollm2.yaml
+    does (the settings rlft.run.reuse's key reads), or the reward stage trains it again (~25 minutes)."""
+    from helpers import ROOT
+
+    from rlft.config import resolve
+    from rlft.run.reuse import IGNORED
+
+    dpo = resolve("dpo", ROOT / "recipes/dpo_smollm2.yaml").values
+    rm = resolve("reward", ROOT / "recipes/reward_smollm2.yaml").values
+    assert rm["reward"]["objective"] == "implicit" and rm["reward"].get("reuse_dpo", True)
+    assert {k: v for k, v in dpo["train"].items() if k not in IGNORED} == \
+        {k: v for k, v in rm["train"].items() if k not in IGNORED}
+    for key in ("model", "data"):
+        assert dpo[key] == rm[key], key
+    for key in ("beta", "loss_type", "loss_weights", "max_length"):
+        assert dpo["dpo"].get(key) == rm["reward"].get(key), key
