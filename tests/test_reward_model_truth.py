@@ -136,8 +136,9 @@ def test_verify_checks_a_reward_model_against_the_truth(cli, store_runs):
 def test_choose_signal_pairs_gives_the_measured_numbers(cli):
     r = cli("choose", "--signal", "pairs", "--rows", "2000")
     assert r.code == 0 and "DPO" in r.out, r.text
-    assert "0.253 -> 0.387" in r.out and "0.320 -> 0.473" in r.out and "best-of-n" in r.out and "demo-prefs" in r.out
-    assert "0.273 -> 0.407" in r.out  # reward model + PPO with per-token implicit rewards
+    assert "0.340 -> 0.600" in r.out and "+12.7" in r.out and "+21.3" in r.out  # DPO on three stores
+    assert "0.340 -> 0.533" in r.out  # reward model + PPO with per-token implicit rewards
+    assert "best-of-16" in r.out and "demo-prefs" in r.out and "try DPO first" in r.out
 
 
 def test_reward_refuses_a_bad_truth_file_before_training(cli, tmp_path):
