@@ -83,13 +83,27 @@ def test_a_dpo_run_that_precomputed_its_reference_is_the_same_training(cli, tmp_
     assert max(float(b[k].abs().max()) for k in b if "lora_B" in k) > 1e-3  # 100 times the tolerance
 
 
+def test_with_dropout_on_a_precomputed_reference_is_another_training(cli, tmp_path, tiny_dir):
+    """The precompute pass draws from torch's global generator, so with dropout on every later dropout mask differs
+    (the adapters differ by more than their size): the reward run must train, not take the DPO run's model."""
+    common = ("--model", tiny_dir, *PAIRS, "--max-steps", "6", "--batch-size", "4", "--lr", "1e-3", "--set",
+              "data.max_rows=24", "--set", "model.lora.enabled=true", "--set", "model.lora.dropout=0.3")
+    r = cli("dpo", *common, "--set", "dpo.max_length=32", "--set", "dpo.disable_dropout=false", "--set",
+            "dpo.precompute_ref_log_probs=true", "-o", tmp_path / "dpo")
+    assert r.code == 0, r.text
+    r = cli("reward", *common, "--set", "reward.objective=implicit", "--set", "reward.max_length=32", "--set",
+            "reward.disable_dropout=false", "-o", tmp_path / "rm")
+    assert r.code == 0 and "already trained" not in r.text, r.text
+    assert "reused_training" not in json.loads((tmp_path / "rm" / "summary.json").read_text())
+
+
 def test_the_shipped_dpo_and_reward_recipes_are_one_training():
     """make demo-prefs trains DPO once: recipes/reward_smollm2.yaml must train exactly what recipes/dpo_smollm2.yaml
     does (the settings rlft.run.reuse's key reads), or the reward stage trains it again (~25 minutes)."""
     from helpers import ROOT
 
     from rlft.config import resolve
-    from rlft.run.reuse import IGNORED
+    from rlft.run.reuse import IGNORED, PRECOMPUTE
 
     dpo = resolve("dpo", ROOT / "recipes/dpo_smollm2.yaml").values
     rm = resolve("reward", ROOT / "recipes/reward_smollm2.yaml").values
@@ -98,5 +112,12 @@ def test_the_shipped_dpo_and_reward_recipes_are_one_training():
         {k: v for k, v in rm["train"].items() if k not in IGNORED}
     for key in ("model", "data"):
         assert dpo[key] == rm[key], key
-    for key in ("beta", "loss_type", "loss_weights", "max_length"):
+    # every DPO-loss setting either recipe sets (beyond the defaults) is the other's, but the precompute: it is the
+    # same training only with dropout disabled (TRL's default; rlft.run.reuse.PRECOMPUTE)
+    reward_only = {"objective", "reuse_dpo"}
+    keys = (set(dpo["dpo"]) - PRECOMPUTE) | {k for k in rm["reward"] if k not in reward_only and
+                                             not k.startswith("truth_")}
+    assert {"beta", "loss_type", "loss_weights", "max_length"} <= keys
+    for key in keys:
         assert dpo["dpo"].get(key) == rm["reward"].get(key), key
+    assert dpo["dpo"].get("disable_dropout", True) and rm["reward"].get("disable_dropout", True)

@@ -9,12 +9,12 @@ both would train the same model twice: on a 2-core CPU about 30 minutes.
 
 - `training_key`: a digest of everything the trained weights depend on, read from the trainer that is about to
   train: its TrainingArguments (every field but the few that only say where and how often to log, evaluate and
-  save, and whether DPO precomputes its reference: IGNORED), the tokenized training rows (so the tokenizer, chat
-  template, max_length and row order are in it; not the reference log-probs a precompute adds), the start
-  model's weights (a digest of its files), the LoRA config, the model's dtype, rlft's speed layer switch, and
-  the versions of torch, transformers, trl and peft. Anything not known to be harmless is in it, so
-  a setting that differs makes a miss, never a wrong reuse. None (no reuse) without LoRA: the adapter is what is
-  kept and loaded.
+  save, and, with dropout disabled, whether DPO precomputes its reference: IGNORED, PRECOMPUTE), the tokenized
+  training rows (so the tokenizer, chat template, max_length and row order are in it; not the reference
+  log-probs a precompute adds), the start model's weights (a digest of its files), the LoRA config, the model's
+  dtype, rlft's speed layer switch, and the versions of torch, transformers, trl and peft. Anything not known to
+  be harmless is in it, so a setting that differs makes a miss, never a wrong reuse. None (no reuse) without
+  LoRA: the adapter is what is kept and loaded.
 - `register`: a completed, un-resumed rlft dpo run records its last model (the run folder's, or `last/` when the
   folder kept an earlier check's) under that key in the cache ($RLFT_CACHE/trained/KEY.json): the folder and a
   digest of its weights, not a copy.
@@ -34,13 +34,16 @@ from pathlib import Path
 from typing import Any
 
 # TrainingArguments fields that do not change the trained weights: where the run writes, how often it logs,
-# evaluates and saves (the held-out checks and evals were measured not to move the weights: tests/test_reuse.py);
-# and DPOConfig's precompute_ref_log_probs: the reference's log-probs computed in one pass before training instead
-# of at each step, the same forward of the same frozen weights (batched otherwise, so equal to rounding: the
-# weights of the two trainings agree to float noise, tests/test_reuse.py)
+# evaluates and saves (the held-out checks and evals were measured not to move the weights: tests/test_reuse.py)
 IGNORED = frozenset({"output_dir", "logging_dir", "logging_steps", "logging_strategy", "logging_first_step",
                      "eval_steps", "eval_strategy", "save_steps", "save_strategy", "save_total_limit", "report_to",
-                     "run_name", "disable_tqdm", "precompute_ref_log_probs", "precompute_ref_batch_size"})
+                     "run_name", "disable_tqdm"})
+# DPOConfig's precompute_ref_log_probs: the reference's log-probs computed in one pass before training instead of
+# at each step, the same forward of the same frozen weights (batched otherwise, so equal to rounding: the weights
+# of the two trainings agree to float noise, tests/test_reuse.py). Ignored only with DPOConfig's disable_dropout
+# (TRL's default): the extra pass draws from torch's global generator, so with dropout on every later mask differs
+# and the two are other trainings.
+PRECOMPUTE = frozenset({"precompute_ref_log_probs", "precompute_ref_batch_size"})
 # the columns that precompute adds to the training rows (TRL's DPOTrainer): the reference's numbers, not data
 PRECOMPUTED = frozenset({"ref_chosen_logps", "ref_rejected_logps"})
 FOLDER = "trained"
@@ -93,7 +96,8 @@ def training_key(cfg, trainer) -> str | None:
         return None
     if start is None:
         return None
-    args = {k: v for k, v in trainer.args.to_dict().items() if k not in IGNORED}
+    ignored = IGNORED | PRECOMPUTE if getattr(trainer.args, "disable_dropout", False) else IGNORED
+    args = {k: v for k, v in trainer.args.to_dict().items() if k not in ignored}
     lora = {name: c.to_dict() for name, c in model.peft_config.items()}
     parts = {
         "trainer": type(trainer).__name__, "args": args, "rows": _rows_digest(trainer.train_dataset),
