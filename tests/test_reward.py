@@ -196,6 +196,33 @@ def test_an_implicit_lora_reward_model_takes_its_adapters_base_as_reference(cli,
     assert scores[0] != scores[1]
 
 
+def test_ppo_on_a_bf16_base_says_its_reference_is_not_the_reward_models(cli, tmp_path, tiny_dir):
+    """PPO's optimum is the implicit reward model's own policy when the two references are one; on a CPU bf16 base
+    PPO's reference (the base, adapter off) is bf16 and the reward model's fp32, and the run says so."""
+    import io
+
+    from rich.console import Console
+
+    from rlft.methods.ppo_setup import token_reward
+    from rlft.models import load_tokenizer
+    from rlft.reward_model.scoring import RewardModelReward
+
+    out = tmp_path / "irm"
+    r = cli("reward", "--pairs", DATA / "arith/pairs_train.jsonl", "--model", tiny_dir, "-o", out, "--lora",
+            "--max-steps", "2", "--batch-size", "8", "--set", "reward.objective=implicit", "--set",
+            "reward.max_length=32", "--set", "data.max_rows=16", "--set", "watch.auto_holdout=false")
+    assert r.code == 0, r.text
+    said = {}
+    for dtype in ("bfloat16", "float32"):
+        cfg = resolve("ppo", None, {}, ["model.name_or_path=" + str(tiny_dir), "model.dtype=" + dtype,
+                                        "ppo.kl_coef=0.1", "ppo.temperature=1.0"])
+        console = Console(file=io.StringIO(), width=200)
+        assert token_reward(cfg, RewardModelReward(str(out)), load_tokenizer(str(tiny_dir)), console) is not None
+        said[dtype] = console.file.getvalue()
+    assert "the reward model's is fp32" in said["bfloat16"], said
+    assert "only roughly" not in said["float32"], said
+
+
 def test_an_implicit_reward_model_takes_the_dpo_recipes_loss(tmp_path, tiny_dir):
     """reward.loss_type / loss_weights reach the implicit objective's DPOTrainer (DPO plus the chosen replies'
     NLL, as recipes/dpo_smollm2.yaml trains its policy), and the loss it computes has that NLL term in it."""

@@ -99,6 +99,11 @@ def token_reward(cfg: RunConfig, reward_fn: Callable, tok, console: Console):
     off = [f"kl_coef {p.kl_coef:g} is not its beta {scorer.beta:g}"] if abs(p.kl_coef - scorer.beta) > 1e-9 else []
     off += [f"the KL is estimated at temperature {p.temperature:g}"] if p.temperature != 1.0 else []
     off += ["the KL estimator is k3"] if p.kl_estimator == "k3" else []
+    reference = scorer.reference if scorer.reference is not None else scorer.policy
+    if str(cfg.model.get("dtype")) == "bfloat16" and str(next(reference.parameters()).dtype) != "torch.bfloat16":
+        # the bf16 base's and the fp32 reference's log-probs differ by rounding, so beta * their difference is
+        # left in each token's reward (measured on bf16 runs: BENCHMARKS.md "PPO on a bf16 base")
+        off += ["PPO's reference is the policy's bf16 base, the reward model's is fp32"]
     if off:
         console.print("  note: PPO's optimum is the reward model's own policy only roughly here (" + "; ".join(off)
                       + ")", highlight=False)
