@@ -102,7 +102,8 @@ def token_reward(cfg: RunConfig, reward_fn: Callable, tok, console: Console):
     reference = scorer.reference if scorer.reference is not None else scorer.policy
     if str(cfg.model.get("dtype")) == "bfloat16" and str(next(reference.parameters()).dtype) != "torch.bfloat16":
         # the bf16 base's and the fp32 reference's log-probs differ by rounding, so beta * their difference is
-        # left in each token's reward (measured on bf16 runs: BENCHMARKS.md "PPO on a bf16 base")
+        # left in each token's reward (its size not measured alone; the bf16 runs in BENCHMARKS.md "PPO on a bf16
+        # base" gained as the fp32 ones did)
         off += ["PPO's reference is the policy's bf16 base, the reward model's is fp32"]
     if off:
         console.print("  note: PPO's optimum is the reward model's own policy only roughly here (" + "; ".join(off)
