@@ -114,13 +114,12 @@ def rule_bootstrap(s: Any, r: Any) -> None:
 # `rlft choose` gives for pairs.
 MEASURED_PAIRS = ("measured here (docs/preferences.md), SmolLM2-135M + LoRA with the shipped recipes, truth of the "
                   "model's own greedy replies on 150 held-out prompts of a support store: DPO (with the chosen "
-                  "replies' NLL, recipes/dpo_smollm2.yaml) raised it over SFT by +12.7 and +21.3 points on the "
-                  "two stores where one epoch of it fell short and +26.0 on one drawn after every setting was chosen "
+                  "replies' NLL, recipes/dpo_smollm2.yaml) raised it over SFT by +12.7 and +21.3 points on the two "
+                  "stores where one epoch of it fell short and +26.0 on one drawn after every setting was chosen "
                   "(0.340 -> 0.600, 27 min on 2 cores with bf16); reward model + PPO (recipes/reward_smollm2.yaml, "
-                  "ppo_smollm2.yaml) +8.0 and +19.3 on two of them (0.340 -> 0.533, 14 min more: its reward model "
-                  "is the DPO run itself, scored per token); score-head reward models agreed with the truth on "
-                  "the model's own samples near chance (0.45-0.56), PPO against them never "
-                  "gained 5 points and PPO refuses such a reward model; "
-                  "best-of-16 with either kind stayed below greedy; try DPO first, and a reward model + PPO when the "
-                  "reward model itself is wanted (to score new prompts' replies); `make demo-prefs` compares all "
-                  "three by a held-out truth")
+                  "ppo_smollm2.yaml) +8.0 and +19.3 on two of them (0.340 -> 0.533, 14 min more: its reward model is "
+                  "the DPO run itself, scored per token); score-head reward models agreed with the truth on the "
+                  "model's own samples near chance (0.45-0.56), PPO against them never gained 5 points and PPO "
+                  "refuses such a reward model; best-of-16 with either kind stayed below greedy; try DPO first, and a "
+                  "reward model + PPO when the reward model itself is wanted (to score new prompts' replies); `make "
+                  "demo-prefs` compares all three by a held-out truth")
